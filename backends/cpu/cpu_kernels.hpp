@@ -1,0 +1,80 @@
+#pragma once
+// CPU backend kernels: free functions over plain pointers, sizes and strides (see
+// backends/kernels.hpp for the contract every kernel keeps). All of them ASSIGN into outputs.
+//
+// Each math kernel has a fast implementation (xsimd, dispatched at run time to the best
+// instruction set the processor has, multithreaded over the thread pool) in `xgrad::cpu`, and a
+// plain single-threaded scalar loop with the identical signature in `xgrad::cpu::reference`.
+// tests/test_cpu_kernels.cpp checks the fast one against the reference.
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/kernels.hpp"
+#include "xgrad/dtype.hpp"
+
+namespace xgrad::cpu
+{
+    using kernels::binary_op;
+    using kernels::reduce_op;
+    using kernels::unary_op;
+
+    /// 64-byte aligned storage; throws std::bad_alloc. deallocate(nullptr) is a no-op.
+    void* allocate(std::size_t nbytes);
+    void deallocate(void* p) noexcept;
+    /// Byte copies between this device's memory and host memory (plain memcpy on the CPU).
+    void copy_to_host(void* host_dst, const void* src, std::size_t nbytes);
+    void copy_from_host(void* dst, const void* host_src, std::size_t nbytes);
+
+    /// out[i] = value (rounded to dt; any dtype).
+    void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape,
+              double value);
+    /// out[i] = convert<out_dt>(x[i]), any pair of dtypes. Float->int64 truncates toward zero;
+    /// float->float16/bfloat16 rounds to nearest even.
+    void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x,
+              const std::int64_t* x_strides, dtype x_dt, int ndim, const std::int64_t* shape);
+    /// out[i] = op(x[i]).
+    void unary(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+               dtype dt, int ndim, const std::int64_t* shape, unary_op op);
+    /// out[i] = op(a[i], b[i]); broadcasting is expressed by zero strides.
+    void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides,
+                const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape,
+                binary_op op);
+    /// out[i] = cond[i] != 0 ? a[i] : b[i]; cond has dtype dt too.
+    void where(void* out, const std::int64_t* out_strides, const void* cond, const std::int64_t* cond_strides,
+               const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
+               dtype dt, int ndim, const std::int64_t* shape);
+    /// Reduces the trailing ndim - n_keep dimensions of x: out[i0..i{n_keep-1}] =
+    /// op over the rest. `out_strides` has n_keep entries.
+    void reduce(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                dtype dt, int ndim, int n_keep, const std::int64_t* shape, reduce_op op);
+    /// out[p] = a[p] @ b[p] for p < batch; out is contiguous [batch, m, n]. a_strides and
+    /// b_strides are {batch, row, column} strides; for each of a and b, the row or the column
+    /// stride is 1 (row- or column-major matrices), which the ops layer guarantees. k may be 0.
+    void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b,
+                const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n,
+                std::int64_t k);
+    /// out (contiguous [n, classes], dtype dt) = one-hot rows of labels. Returns the index of the
+    /// first label outside [0, classes), or -1 when all are valid (out is then complete).
+    std::int64_t one_hot(void* out, const std::int64_t* labels, dtype dt, std::int64_t n, std::int64_t classes);
+
+    namespace reference
+    {
+        void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape,
+                  double value);
+        void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x,
+                  const std::int64_t* x_strides, dtype x_dt, int ndim, const std::int64_t* shape);
+        void unary(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                   dtype dt, int ndim, const std::int64_t* shape, unary_op op);
+        void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides,
+                    const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape,
+                    binary_op op);
+        void where(void* out, const std::int64_t* out_strides, const void* cond,
+                   const std::int64_t* cond_strides, const void* a, const std::int64_t* a_strides, const void* b,
+                   const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape);
+        void reduce(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                    dtype dt, int ndim, int n_keep, const std::int64_t* shape, reduce_op op);
+        void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b,
+                    const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n,
+                    std::int64_t k);
+    }
+}

@@ -1,0 +1,60 @@
+#pragma once
+// Element types and devices: the two tags every tensor carries.
+//
+// Compute dtypes are float32 and float64. float16 and bfloat16 are storage types: every op
+// converts them to float32, computes, and rounds the result back (round-to-nearest-even).
+// int64 holds labels and indices; it can be created, copied, cast and printed, and math ops
+// reject it with a clear error.
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace xgrad
+{
+    enum class dtype : std::uint8_t
+    {
+        float32,
+        float64,
+        float16,
+        bfloat16,
+        int64
+    };
+
+    /// Size of one element in bytes.
+    std::size_t itemsize(dtype dt) noexcept;
+    /// "float32", "float64", "float16", "bfloat16", "int64".
+    std::string_view name(dtype dt) noexcept;
+    /// True for the four floating-point dtypes.
+    bool is_floating(dtype dt) noexcept;
+    /// The dtype kernels compute in: float16/bfloat16 -> float32, others unchanged.
+    dtype compute_dtype(dtype dt) noexcept;
+    std::ostream& operator<<(std::ostream& os, dtype dt);
+
+    enum class device_type : std::uint8_t
+    {
+        cpu,
+        cuda
+    };
+
+    /// Where a tensor's storage lives. `index` is the device ordinal (always 0 for cpu).
+    struct device
+    {
+        device_type type = device_type::cpu;
+        int index = 0;
+
+        friend bool operator==(const device& a, const device& b) noexcept
+        {
+            return a.type == b.type && a.index == b.index;
+        }
+        friend bool operator!=(const device& a, const device& b) noexcept { return !(a == b); }
+    };
+
+    /// Parses "cpu", "cuda", "cuda:1". Throws std::invalid_argument naming the text otherwise.
+    device parse_device(std::string_view text);
+    std::string to_string(const device& d);
+    std::ostream& operator<<(std::ostream& os, const device& d);
+
+    inline constexpr device cpu_device{device_type::cpu, 0};
+}
