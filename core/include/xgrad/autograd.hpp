@@ -1,0 +1,164 @@
+#pragma once
+// The define-by-run autodiff engine.
+//
+// Every differentiable op that sees an input requiring grad (while grad mode is on) records a
+// `node` holding what its backward needs, linked by `edge`s to the nodes that produced its
+// inputs (or to a leaf's accumulate node). `grad` and `backward` walk that graph from the
+// outputs in dependency order. A node's backward is written with xgrad's own differentiable
+// ops, so with create_graph = true the backward pass is itself recorded and can be
+// differentiated again, to any order.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xgrad/tensor.hpp"
+
+namespace xgrad
+{
+    class node;
+
+    /// Points at input `input_nr` of `fn` (that is: output `input_nr` of the producing op is
+    /// fed into `fn`'s gradient buffer slot `input_nr`). An edge with a null fn is a
+    /// non-differentiable input.
+    struct edge
+    {
+        std::shared_ptr<node> fn;
+        int input_nr = 0;
+        bool valid() const noexcept { return static_cast<bool>(fn); }
+    };
+
+    /// A tensor saved for backward without the reference cycle a saved output would create
+    /// (output -> grad_fn -> saved output). `node::unpack` re-attaches it to its node.
+    struct saved_tensor
+    {
+        tensor m_data;          // shares storage; no autograd metadata
+        int m_output_nr = -1;   // >= 0: an output of the saving node; -1: an input, kept as is
+        tensor m_input;         // the saved input itself (m_output_nr == -1)
+    };
+
+    /// Shape, dtype and device of one output of a node: what a missing gradient is filled with.
+    struct tensor_meta
+    {
+        shape_type m_shape;
+        xgrad::dtype m_dtype = xgrad::dtype::float32;
+        xgrad::device m_device;
+    };
+
+    class node : public std::enable_shared_from_this<node>
+    {
+    public:
+        virtual ~node() = default;
+        virtual std::string_view name() const = 0;
+        /// Gradients w.r.t. each input (entries may be undefined when the input needs none),
+        /// given one gradient per output (undefined outputs are filled with zeros before).
+        virtual std::vector<tensor> apply(const std::vector<tensor>& grad_outputs) = 0;
+        /// Frees the saved tensors after a backward that did not retain the graph.
+        virtual void release_saved() {}
+
+        /// Whether input i's gradient is wanted (its edge leads somewhere).
+        bool needs_input_grad(std::size_t i) const noexcept
+        {
+            return i < m_next_edges.size() && m_next_edges[i].valid();
+        }
+        /// A saved output re-attached to this node (so create_graph reaches through it), or a
+        /// saved input as it was.
+        tensor unpack(const saved_tensor& s);
+
+        std::vector<edge> m_next_edges;
+        std::vector<tensor_meta> m_outputs;
+    };
+
+    /// Accumulates incoming gradient into a leaf's `grad()`.
+    class accumulate_grad final : public node
+    {
+    public:
+        explicit accumulate_grad(std::shared_ptr<tensor_impl> leaf) : m_leaf(std::move(leaf)) {}
+        std::string_view name() const override { return "accumulate_grad"; }
+        std::vector<tensor> apply(const std::vector<tensor>& grad_outputs) override;
+        const std::shared_ptr<tensor_impl>& leaf() const noexcept { return m_leaf; }
+
+    private:
+        std::shared_ptr<tensor_impl> m_leaf;
+    };
+
+    /// The node most ops record: a name and a backward function. Saved tensors live in the
+    /// function's captures and are freed with it by release_saved().
+    class function_node final : public node
+    {
+    public:
+        using backward_type = std::function<std::vector<tensor>(function_node&, const std::vector<tensor>&)>;
+        function_node(std::string name, backward_type backward)
+            : m_name(std::move(name)), m_backward(std::move(backward))
+        {
+        }
+        std::string_view name() const override { return m_name; }
+        std::vector<tensor> apply(const std::vector<tensor>& grad_outputs) override;
+        void release_saved() override { m_backward = nullptr; }
+
+    private:
+        std::string m_name;
+        backward_type m_backward;
+    };
+
+    // --- grad mode -------------------------------------------------------------------------
+    bool is_grad_enabled() noexcept;
+    void set_grad_enabled(bool enabled) noexcept;
+
+    /// RAII: disables graph recording in this thread for its lifetime.
+    class no_grad
+    {
+    public:
+        no_grad() noexcept : m_prev(is_grad_enabled()) { set_grad_enabled(false); }
+        ~no_grad() { set_grad_enabled(m_prev); }
+        no_grad(const no_grad&) = delete;
+        no_grad& operator=(const no_grad&) = delete;
+
+    private:
+        bool m_prev;
+    };
+
+    /// RAII: enables graph recording in this thread for its lifetime.
+    class enable_grad
+    {
+    public:
+        enable_grad() noexcept : m_prev(is_grad_enabled()) { set_grad_enabled(true); }
+        ~enable_grad() { set_grad_enabled(m_prev); }
+        enable_grad(const enable_grad&) = delete;
+        enable_grad& operator=(const enable_grad&) = delete;
+
+    private:
+        bool m_prev;
+    };
+
+    // --- recording (used by ops) -------------------------------------------------------------
+    /// Saves an op output for its own backward (see saved_tensor); call before record().
+    saved_tensor save_output(const tensor& output, int output_nr = 0);
+    /// Saves an input for backward.
+    saved_tensor save_input(const tensor& input);
+    /// True when an op with these inputs must record a node: grad mode is on and some input
+    /// requires grad.
+    bool any_requires_grad(const std::vector<tensor>& inputs);
+    /// Links `outputs` (produced from `inputs`) into the graph through a new function_node
+    /// running `backward`. Does nothing when !any_requires_grad(inputs). Outputs that are not
+    /// floating point never require grad.
+    void record(std::string name, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs,
+                function_node::backward_type backward);
+
+    // --- running backward ------------------------------------------------------------------
+    /// Gradients of `outputs` w.r.t. `inputs`, like torch.autograd.grad. grad_outputs defaults
+    /// to ones for one-element outputs (required otherwise). retain_graph defaults to
+    /// create_graph. With create_graph the returned gradients are part of a new graph and can
+    /// be differentiated again. An input that the outputs do not depend on throws unless
+    /// allow_unused, in which case its gradient is undefined.
+    std::vector<tensor> grad(const std::vector<tensor>& outputs, const std::vector<tensor>& inputs,
+                             const std::vector<tensor>& grad_outputs = {},
+                             std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                             bool allow_unused = false);
+
+    /// Accumulates gradients of `outputs` into the grad() of every leaf they depend on.
+    void backward(const std::vector<tensor>& outputs, const std::vector<tensor>& grad_outputs = {},
+                  std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
+}

@@ -1,0 +1,63 @@
+#pragma once
+// Elementwise ops with NumPy broadcasting, and their gradients (core/src/ops/elementwise.cpp).
+//
+// Operands of a binary op must have the same dtype (no implicit promotion) and device;
+// a double scalar operand takes the tensor's dtype. float16/bfloat16 compute in float32 and
+// round the result back. int64 tensors are rejected. Shapes that do not broadcast throw
+// std::invalid_argument naming both shapes.
+#include "xgrad/tensor.hpp"
+
+namespace xgrad
+{
+    tensor add(const tensor& a, const tensor& b);
+    tensor sub(const tensor& a, const tensor& b);
+    tensor mul(const tensor& a, const tensor& b);
+    tensor div(const tensor& a, const tensor& b);
+    /// a^b. d/db uses log(a): only meaningful for a > 0.
+    tensor pow(const tensor& a, const tensor& b);
+    tensor pow(const tensor& a, double exponent);
+
+    tensor neg(const tensor& x);
+    tensor exp(const tensor& x);
+    tensor log(const tensor& x);
+    tensor sqrt(const tensor& x);
+    tensor rsqrt(const tensor& x);
+    tensor square(const tensor& x);
+    tensor abs(const tensor& x);
+    /// -1, 0 or 1 (not differentiable: its gradient is zero).
+    tensor sign(const tensor& x);
+    tensor relu(const tensor& x);
+    tensor sigmoid(const tensor& x);
+    tensor tanh(const tensor& x);
+
+    /// cond != 0 ? a : b, broadcasting all three. cond is any floating tensor (e.g. a mask
+    /// from a comparison); gradients flow to a and b, not to cond.
+    tensor where(const tensor& cond, const tensor& a, const tensor& b);
+
+    /// Comparisons give 1 or 0 in the operands' dtype; they are not differentiable.
+    tensor eq(const tensor& a, const tensor& b);
+    tensor ne(const tensor& a, const tensor& b);
+    tensor lt(const tensor& a, const tensor& b);
+    tensor le(const tensor& a, const tensor& b);
+    tensor gt(const tensor& a, const tensor& b);
+    tensor ge(const tensor& a, const tensor& b);
+
+    /// A 0-d tensor holding `value` with x's dtype and device.
+    tensor scalar_like(const tensor& x, double value);
+    /// The broadcast shape of a and b; throws std::invalid_argument naming both.
+    shape_type broadcast_shapes(const shape_type& a, const shape_type& b);
+
+    tensor operator+(const tensor& a, const tensor& b);
+    tensor operator-(const tensor& a, const tensor& b);
+    tensor operator*(const tensor& a, const tensor& b);
+    tensor operator/(const tensor& a, const tensor& b);
+    tensor operator-(const tensor& x);
+    tensor operator+(const tensor& a, double b);
+    tensor operator-(const tensor& a, double b);
+    tensor operator*(const tensor& a, double b);
+    tensor operator/(const tensor& a, double b);
+    tensor operator+(double a, const tensor& b);
+    tensor operator-(double a, const tensor& b);
+    tensor operator*(double a, const tensor& b);
+    tensor operator/(double a, const tensor& b);
+}

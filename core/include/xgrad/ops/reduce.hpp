@@ -1,0 +1,23 @@
+#pragma once
+// Reductions over axes, with keepdim, and their gradients (core/src/ops/reduce.cpp).
+//
+// `axes` may hold negative indices (counted from the end); an empty list reduces every axis.
+// An axis out of range or listed twice throws std::invalid_argument naming it and the shape.
+// float16/bfloat16 accumulate in float32.
+#include <vector>
+
+#include "xgrad/tensor.hpp"
+
+namespace xgrad
+{
+    using axes_type = std::vector<std::int64_t>;
+
+    tensor sum(const tensor& x, const axes_type& axes = {}, bool keepdim = false);
+    tensor mean(const tensor& x, const axes_type& axes = {}, bool keepdim = false);
+    /// Maximum over axes. Where several elements tie for the maximum, the gradient is shared
+    /// equally between them (the subgradient that keeps max symmetric). Reducing an axis of
+    /// extent 0 throws.
+    tensor max(const tensor& x, const axes_type& axes = {}, bool keepdim = false);
+    /// Sums x down to `shape`, the inverse of broadcasting (x's shape must broadcast from it).
+    tensor sum_to(const tensor& x, const shape_type& shape);
+}

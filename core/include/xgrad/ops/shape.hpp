@@ -1,0 +1,35 @@
+#pragma once
+// Shape and layout ops (core/src/ops/shape.cpp). All are differentiable; the view ops share
+// storage with their input. Methods of the same name on `tensor` call these.
+#include <utility>
+#include <vector>
+
+#include "xgrad/tensor.hpp"
+
+namespace xgrad
+{
+    /// One dimension may be -1 (inferred). A view when x is contiguous, else a copy.
+    tensor reshape(const tensor& x, const shape_type& shape);
+    /// dims is a permutation of 0..ndim-1 (negative allowed).
+    tensor permute(const tensor& x, const std::vector<std::int64_t>& dims);
+    tensor transpose(const tensor& x, std::int64_t d0, std::int64_t d1);
+    /// Elements start, start+step, ... < stop along dim; start/stop clamp like Python slices and
+    /// may be negative; step >= 1.
+    tensor slice(const tensor& x, std::int64_t dim, std::int64_t start, std::int64_t stop, std::int64_t step = 1);
+    /// Broadcasts x to `shape` (NumPy rules; leading dims may be added). A view with stride 0.
+    tensor expand(const tensor& x, const shape_type& shape);
+    /// Joins tensors of equal dtype, device and shape (except along dim) along dim.
+    tensor concat(const std::vector<tensor>& xs, std::int64_t dim);
+    /// Constant padding: widths[d] = {before, after} (both >= 0) for every dimension d.
+    tensor pad(const tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths,
+               double value = 0.0);
+    tensor contiguous(const tensor& x);
+    /// Converts the dtype; differentiable between floating dtypes (gradient cast back).
+    tensor cast(const tensor& x, dtype dt);
+    /// Copies to another device; differentiable (gradient copied back).
+    tensor to_device(const tensor& x, device dev);
+    /// The embedding of g into zeros of `shape` at the positions slice(dim, start, ., step)
+    /// selects: the gradient of slice, itself differentiable (its gradient is slice).
+    tensor slice_backward(const tensor& g, const shape_type& shape, std::int64_t dim, std::int64_t start,
+                          std::int64_t step);
+}

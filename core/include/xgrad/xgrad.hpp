@@ -1,0 +1,15 @@
+#pragma once
+// The whole public API of xgrad.
+#include "xgrad/autograd.hpp"
+#include "xgrad/dtype.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/gradcheck.hpp"
+#include "xgrad/half.hpp"
+#include "xgrad/interop.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/loss.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+#include "xgrad/tensor.hpp"
+#include "xgrad/thread_pool.hpp"

@@ -1,0 +1,358 @@
+// The backward engine: a topological walk of the recorded graph (Kahn's algorithm over
+// dependency counts), summing the gradients that reach each node before running it.
+#include "xgrad/autograd.hpp"
+
+#include <deque>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "detail.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/ops/elementwise.hpp"
+
+namespace xgrad
+{
+    namespace
+    {
+        thread_local bool t_grad_enabled = true;
+
+        /// The edge through which gradient flows into t: its producer's output slot, or its
+        /// leaf accumulator (created on first use and shared while a graph holds it).
+        edge gradient_edge(const tensor& t)
+        {
+            const auto& impl = t.impl();
+            if (impl->m_grad_fn)
+                return {impl->m_grad_fn, impl->m_output_nr};
+            if (!impl->m_requires_grad)
+                return {};
+            auto acc = impl->m_grad_accumulator.lock();
+            if (!acc)
+            {
+                acc = std::make_shared<accumulate_grad>(impl);
+                acc->m_outputs.push_back({t.shape(), t.dtype(), t.device()});
+                impl->m_grad_accumulator = acc;
+            }
+            return {acc, 0};
+        }
+
+        tensor_meta meta_of(const tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
+
+        std::string describe(const node& n) { return "'" + std::string(n.name()) + "'"; }
+    }
+
+    bool is_grad_enabled() noexcept { return t_grad_enabled; }
+    void set_grad_enabled(bool enabled) noexcept { t_grad_enabled = enabled; }
+
+    tensor node::unpack(const saved_tensor& s)
+    {
+        if (s.m_output_nr < 0)
+            return s.m_input;
+        auto impl = std::make_shared<tensor_impl>(*s.m_data.impl());
+        impl->m_grad_fn = shared_from_this();
+        impl->m_output_nr = s.m_output_nr;
+        impl->m_requires_grad = true;
+        return tensor(std::move(impl));
+    }
+
+    std::vector<tensor> accumulate_grad::apply(const std::vector<tensor>& grad_outputs)
+    {
+        const tensor& g = grad_outputs.at(0);
+        if (!g.defined())
+            return {};
+        if (!m_leaf->m_grad)
+            // With create_graph the gradient keeps its graph (so it can be differentiated);
+            // otherwise it was computed under no_grad and is already a plain tensor.
+            m_leaf->m_grad = g.impl();
+        else
+            m_leaf->m_grad = add(tensor(m_leaf->m_grad), g).impl();
+        return {};
+    }
+
+    std::vector<tensor> function_node::apply(const std::vector<tensor>& grad_outputs)
+    {
+        if (!m_backward)
+            throw std::runtime_error("trying to run backward through '" + m_name +
+                                     "' a second time, but its saved tensors were already freed; pass "
+                                     "retain_graph = true to the first backward/grad call if you need to "
+                                     "backward through the graph twice");
+        return m_backward(*this, grad_outputs);
+    }
+
+    saved_tensor save_output(const tensor& output, int output_nr)
+    {
+        saved_tensor s;
+        s.m_data = output.detach();
+        s.m_output_nr = output_nr;
+        return s;
+    }
+
+    saved_tensor save_input(const tensor& input)
+    {
+        saved_tensor s;
+        s.m_input = input;
+        return s;
+    }
+
+    bool any_requires_grad(const std::vector<tensor>& inputs)
+    {
+        if (!is_grad_enabled())
+            return false;
+        for (const auto& t : inputs)
+            if (t.defined() && t.requires_grad())
+                return true;
+        return false;
+    }
+
+    void record(std::string name, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs,
+                function_node::backward_type backward)
+    {
+        if (!any_requires_grad(inputs))
+            return;
+        auto n = std::make_shared<function_node>(std::move(name), std::move(backward));
+        n->m_next_edges.reserve(inputs.size());
+        for (const auto& t : inputs)
+            n->m_next_edges.push_back(t.defined() ? gradient_edge(t) : edge{});
+        n->m_outputs.reserve(outputs.size());
+        for (std::size_t i = 0; i < outputs.size(); ++i)
+        {
+            const auto& impl = outputs[i].impl();
+            n->m_outputs.push_back(meta_of(outputs[i]));
+            if (!is_floating(impl->m_dtype))
+                continue;
+            impl->m_grad_fn = n;
+            impl->m_output_nr = static_cast<int>(i);
+            impl->m_requires_grad = true;
+        }
+    }
+
+    namespace
+    {
+        /// One run of the engine, shared by grad() and backward().
+        struct graph_task
+        {
+            // capture[node] = list of (output slot, index into the result) for grad()
+            std::unordered_map<node*, std::vector<std::pair<int, std::size_t>>> m_captures;
+            std::vector<tensor> m_captured;
+            bool m_accumulate = false; // backward(): write leaves' grad
+            bool m_retain = false;
+
+            std::unordered_map<node*, int> m_dependencies;
+            std::unordered_set<node*> m_needed;
+            std::unordered_map<node*, std::vector<tensor>> m_buffers;
+
+            /// Marks every node from which a capture (grad) or an accumulator (backward) is
+            /// reachable; counts, for each needed node, the edges from needed nodes into it.
+            bool mark(node* n, std::unordered_map<node*, bool>& memo)
+            {
+                if (auto it = memo.find(n); it != memo.end())
+                    return it->second;
+                memo[n] = false; // graphs are acyclic; this only guards recursion
+                bool needed = m_captures.count(n) > 0 ||
+                              (m_accumulate && dynamic_cast<accumulate_grad*>(n) != nullptr);
+                for (const auto& e : n->m_next_edges)
+                    if (e.valid() && mark(e.fn.get(), memo))
+                        needed = true;
+                memo[n] = needed;
+                if (needed)
+                    m_needed.insert(n);
+                return needed;
+            }
+
+            void add_to_buffer(node* n, int slot, const tensor& g)
+            {
+                auto& buf = m_buffers[n];
+                if (buf.empty())
+                    buf.resize(n->m_outputs.size());
+                tensor& dst = buf.at(static_cast<std::size_t>(slot));
+                dst = dst.defined() ? add(dst, g) : g;
+            }
+
+            void run(const std::vector<edge>& roots, const std::vector<tensor>& root_grads)
+            {
+                std::unordered_map<node*, bool> memo;
+                for (const auto& r : roots)
+                    mark(r.fn.get(), memo);
+                for (node* n : m_needed)
+                    for (const auto& e : n->m_next_edges)
+                        if (e.valid() && m_needed.count(e.fn.get()))
+                            ++m_dependencies[e.fn.get()];
+
+                std::vector<std::shared_ptr<node>> keep_alive; // nodes stay alive while queued
+                for (std::size_t i = 0; i < roots.size(); ++i)
+                    if (m_needed.count(roots[i].fn.get()))
+                    {
+                        add_to_buffer(roots[i].fn.get(), roots[i].input_nr, root_grads[i]);
+                        keep_alive.push_back(roots[i].fn);
+                    }
+
+                std::deque<std::shared_ptr<node>> ready;
+                std::unordered_set<node*> queued;
+                for (const auto& r : roots)
+                    if (m_needed.count(r.fn.get()) && m_dependencies[r.fn.get()] == 0 &&
+                        queued.insert(r.fn.get()).second)
+                        ready.push_back(r.fn);
+
+                while (!ready.empty())
+                {
+                    std::shared_ptr<node> n = ready.front();
+                    ready.pop_front();
+                    std::vector<tensor> grads = std::move(m_buffers[n.get()]);
+                    m_buffers.erase(n.get());
+                    grads.resize(n->m_outputs.size());
+
+                    if (auto it = m_captures.find(n.get()); it != m_captures.end())
+                        for (auto [slot, index] : it->second)
+                        {
+                            const tensor& g = grads.at(static_cast<std::size_t>(slot));
+                            tensor& dst = m_captured[index];
+                            if (g.defined())
+                                dst = dst.defined() ? add(dst, g) : g;
+                        }
+
+                    if (dynamic_cast<accumulate_grad*>(n.get()))
+                    {
+                        if (m_accumulate)
+                            n->apply(grads);
+                        continue;
+                    }
+
+                    bool wanted = false;
+                    for (const auto& e : n->m_next_edges)
+                        wanted = wanted || (e.valid() && m_needed.count(e.fn.get()));
+                    if (!wanted)
+                        continue;
+
+                    for (std::size_t i = 0; i < grads.size(); ++i)
+                        if (!grads[i].defined())
+                        {
+                            const auto& m = n->m_outputs.at(i);
+                            grads[i] = zeros(m.m_shape, m.m_dtype, m.m_device);
+                        }
+
+                    std::vector<tensor> input_grads = n->apply(grads);
+                    if (!m_retain)
+                        n->release_saved();
+                    if (input_grads.size() != n->m_next_edges.size())
+                        throw std::logic_error("backward of " + describe(*n) + " returned " +
+                                               std::to_string(input_grads.size()) + " gradients for " +
+                                               std::to_string(n->m_next_edges.size()) + " inputs");
+
+                    for (std::size_t i = 0; i < input_grads.size(); ++i)
+                    {
+                        const edge& e = n->m_next_edges[i];
+                        if (!e.valid() || !m_needed.count(e.fn.get()))
+                            continue;
+                        const tensor& g = input_grads[i];
+                        if (g.defined())
+                        {
+                            const auto& m = e.fn->m_outputs.at(static_cast<std::size_t>(e.input_nr));
+                            if (g.shape() != m.m_shape || g.dtype() != m.m_dtype)
+                                throw std::logic_error("backward of " + describe(*n) + " gave input " +
+                                                       std::to_string(i) + " a gradient of shape " +
+                                                       shape_to_string(g.shape()) + " and dtype " +
+                                                       std::string(name(g.dtype())) + ", expected " +
+                                                       shape_to_string(m.m_shape) + " and " +
+                                                       std::string(name(m.m_dtype)));
+                            add_to_buffer(e.fn.get(), e.input_nr, g);
+                        }
+                        if (--m_dependencies[e.fn.get()] == 0 && queued.insert(e.fn.get()).second)
+                            ready.push_back(e.fn);
+                    }
+                }
+            }
+        };
+
+        /// Validates outputs and grad_outputs; returns the root edges and their gradients.
+        void prepare_roots(const std::vector<tensor>& outputs, const std::vector<tensor>& grad_outputs,
+                           std::vector<edge>& roots, std::vector<tensor>& root_grads, const char* caller)
+        {
+            if (outputs.empty())
+                throw std::invalid_argument(std::string(caller) + ": no outputs given");
+            if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
+                throw std::invalid_argument(std::string(caller) + ": got " + std::to_string(grad_outputs.size()) +
+                                            " grad_outputs for " + std::to_string(outputs.size()) + " outputs");
+            for (std::size_t i = 0; i < outputs.size(); ++i)
+            {
+                const tensor& out = outputs[i];
+                detail::check_defined(out, caller);
+                if (!out.requires_grad())
+                    throw std::runtime_error(std::string(caller) + ": output " + std::to_string(i) +
+                                             " does not require grad and has no grad_fn");
+                tensor g = grad_outputs.empty() ? tensor() : grad_outputs[i];
+                if (!g.defined())
+                {
+                    if (out.numel() != 1)
+                        throw std::runtime_error(std::string(caller) + ": grad can be implicitly created only for "
+                                                 "one-element outputs; output " + std::to_string(i) +
+                                                 " has shape " + shape_to_string(out.shape()) +
+                                                 ", so pass grad_outputs");
+                    g = ones(out.shape(), out.dtype(), out.device());
+                }
+                else if (g.shape() != out.shape() || g.dtype() != out.dtype() || g.device() != out.device())
+                    throw std::invalid_argument(std::string(caller) + ": grad_outputs[" + std::to_string(i) +
+                                                "] has shape " + shape_to_string(g.shape()) + " and dtype " +
+                                                std::string(name(g.dtype())) + ", but output " + std::to_string(i) +
+                                                " has shape " + shape_to_string(out.shape()) + " and dtype " +
+                                                std::string(name(out.dtype())));
+                roots.push_back(gradient_edge(out));
+                root_grads.push_back(g);
+            }
+        }
+    }
+
+    std::vector<tensor> grad(const std::vector<tensor>& outputs, const std::vector<tensor>& inputs,
+                             const std::vector<tensor>& grad_outputs, std::optional<bool> retain_graph,
+                             bool create_graph, bool allow_unused)
+    {
+        std::vector<edge> roots;
+        std::vector<tensor> root_grads;
+        prepare_roots(outputs, grad_outputs, roots, root_grads, "grad");
+
+        graph_task task;
+        task.m_retain = retain_graph.value_or(create_graph);
+        task.m_captured.resize(inputs.size());
+        std::vector<edge> input_edges;
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+        {
+            detail::check_defined(inputs[i], "grad");
+            if (!inputs[i].requires_grad())
+                throw std::runtime_error("grad: input " + std::to_string(i) + " does not require grad");
+            input_edges.push_back(gradient_edge(inputs[i]));
+            task.m_captures[input_edges.back().fn.get()].push_back({input_edges.back().input_nr, i});
+        }
+        {
+            std::optional<no_grad> off;
+            std::optional<enable_grad> on;
+            if (create_graph)
+                on.emplace();
+            else
+                off.emplace();
+            task.run(roots, root_grads);
+        }
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+            if (!task.m_captured[i].defined() && !allow_unused)
+                throw std::runtime_error("grad: input " + std::to_string(i) +
+                                         " was not used in the graph of the outputs (pass allow_unused = true "
+                                         "to get an undefined gradient instead)");
+        return task.m_captured;
+    }
+
+    void backward(const std::vector<tensor>& outputs, const std::vector<tensor>& grad_outputs,
+                  std::optional<bool> retain_graph, bool create_graph)
+    {
+        std::vector<edge> roots;
+        std::vector<tensor> root_grads;
+        prepare_roots(outputs, grad_outputs, roots, root_grads, "backward");
+        graph_task task;
+        task.m_accumulate = true;
+        task.m_retain = retain_graph.value_or(create_graph);
+        std::optional<no_grad> off;
+        std::optional<enable_grad> on;
+        if (create_graph)
+            on.emplace();
+        else
+            off.emplace();
+        task.run(roots, root_grads);
+    }
+}

@@ -1,0 +1,28 @@
+#pragma once
+// The one dispatch point: the table of kernels for a device. Ops call
+// `backend_for(t.device()).unary(...)` and never branch on the backend themselves; a backend
+// is a set of free functions with the signatures of backends/cpu/cpu_kernels.hpp.
+#include "backends/cpu/cpu_kernels.hpp"
+
+namespace xgrad::detail
+{
+    struct backend_kernels
+    {
+        decltype(&cpu::allocate) allocate;
+        decltype(&cpu::deallocate) deallocate;
+        decltype(&cpu::copy_to_host) copy_to_host;
+        decltype(&cpu::copy_from_host) copy_from_host;
+        decltype(&cpu::fill) fill;
+        decltype(&cpu::copy) copy;
+        decltype(&cpu::unary) unary;
+        decltype(&cpu::binary) binary;
+        decltype(&cpu::where) where;
+        decltype(&cpu::reduce) reduce;
+        decltype(&cpu::matmul) matmul;
+        decltype(&cpu::one_hot) one_hot;
+    };
+
+    /// The kernels for `dev`. Throws std::runtime_error naming the device when this build has
+    /// no backend for it (a CUDA device in a build without XGRAD_USE_CUDA).
+    const backend_kernels& backend_for(device dev);
+}

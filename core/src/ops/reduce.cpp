@@ -1,0 +1,140 @@
+// Reductions. The kernel reduces trailing dimensions, so the forward permutes the input view
+// (no copy) to put the kept axes first and the reduced axes last. Backward: the gradient of a
+// sum is the incoming gradient broadcast back (reshape to keepdim + expand); max routes it to
+// the elements equal to the maximum, shared among ties.
+#include "xgrad/ops/reduce.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "../detail.hpp"
+#include "xgrad/autograd.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/shape.hpp"
+
+namespace xgrad
+{
+    namespace
+    {
+        /// Sorted, non-negative, unique axes; empty input means every axis.
+        std::vector<bool> reduced_mask(const tensor& x, const axes_type& axes, const char* op)
+        {
+            std::vector<bool> mask(static_cast<std::size_t>(x.dim()), axes.empty());
+            for (auto a : axes)
+            {
+                const auto d = static_cast<std::size_t>(detail::normalize_dim(a, x.dim(), op, x.shape()));
+                if (mask[d])
+                    throw std::invalid_argument(std::string(op) + ": axis " + std::to_string(a) +
+                                                " listed twice for a tensor of shape " + shape_to_string(x.shape()));
+                mask[d] = true;
+            }
+            return mask;
+        }
+
+        shape_type keepdim_shape(const tensor& x, const std::vector<bool>& mask)
+        {
+            shape_type s = x.shape();
+            for (std::size_t i = 0; i < s.size(); ++i)
+                if (mask[i])
+                    s[i] = 1;
+            return s;
+        }
+
+        /// Runs the reduce kernel; returns the result with keepdim shape.
+        tensor reduce_forward(const tensor& x, const std::vector<bool>& mask, kernels::reduce_op op)
+        {
+            const dtype cdt = compute_dtype(x.dtype());
+            const tensor xc = detail::raw_cast(x, cdt);
+            shape_type shape, kept;
+            strides_type strides;
+            for (int pass = 0; pass < 2; ++pass) // kept axes first, then reduced axes
+                for (std::size_t i = 0; i < mask.size(); ++i)
+                    if (mask[i] == (pass == 1))
+                    {
+                        shape.push_back(xc.shape()[i]);
+                        strides.push_back(xc.strides()[i]);
+                        if (pass == 0)
+                            kept.push_back(xc.shape()[i]);
+                    }
+            tensor out = detail::empty(kept, cdt, x.device());
+            detail::backend_for(x.device())
+                .reduce(out.data_ptr(), out.strides().data(), xc.data_ptr(), strides.data(), cdt,
+                        static_cast<int>(shape.size()), static_cast<int>(kept.size()), shape.data(), op);
+            const shape_type ks = keepdim_shape(x, mask);
+            out = detail::alias(out, ks, contiguous_strides(ks), 0);
+            return detail::raw_cast(out, x.dtype());
+        }
+
+        tensor drop_reduced(const tensor& y_keep, const std::vector<bool>& mask, bool keepdim)
+        {
+            if (keepdim)
+                return y_keep;
+            shape_type s;
+            for (std::size_t i = 0; i < mask.size(); ++i)
+                if (!mask[i])
+                    s.push_back(y_keep.shape()[i]);
+            return detail::alias(y_keep, s, contiguous_strides(s), y_keep.offset());
+        }
+    }
+
+    tensor sum(const tensor& x, const axes_type& axes, bool keepdim)
+    {
+        detail::check_floating(x, "sum");
+        const auto mask = reduced_mask(x, axes, "sum");
+        tensor y = drop_reduced(reduce_forward(x, mask, kernels::reduce_op::sum), mask, keepdim);
+        record("sum", {x}, {y},
+               [xs = x.shape(), ks = keepdim_shape(x, mask)](function_node&, const std::vector<tensor>& g) {
+                   return std::vector<tensor>{expand(reshape(g[0], ks), xs)};
+               });
+        return y;
+    }
+
+    tensor mean(const tensor& x, const axes_type& axes, bool keepdim)
+    {
+        detail::check_floating(x, "mean");
+        const auto mask = reduced_mask(x, axes, "mean");
+        std::int64_t count = 1;
+        for (std::size_t i = 0; i < mask.size(); ++i)
+            if (mask[i])
+                count *= x.shape()[i];
+        return div(sum(x, axes, keepdim), scalar_like(x, static_cast<double>(count)));
+    }
+
+    tensor max(const tensor& x, const axes_type& axes, bool keepdim)
+    {
+        detail::check_floating(x, "max");
+        const auto mask = reduced_mask(x, axes, "max");
+        for (std::size_t i = 0; i < mask.size(); ++i)
+            if (mask[i] && x.shape()[i] == 0)
+                throw std::invalid_argument("max: cannot reduce axis " + std::to_string(i) +
+                                            " of extent 0 in a tensor of shape " + shape_to_string(x.shape()));
+        const tensor y_keep = reduce_forward(x, mask, kernels::reduce_op::max);
+        tensor y = drop_reduced(y_keep, mask, keepdim);
+        record("max", {x}, {y},
+               [x, y_keep = y_keep.detach(), axes](function_node&, const std::vector<tensor>& g) {
+                   const tensor hit = eq(x, expand(y_keep, x.shape())); // not differentiable
+                   const tensor ties = sum(hit, axes, true);
+                   const tensor gk = reshape(g[0], y_keep.shape());
+                   return std::vector<tensor>{mul(expand(gk, x.shape()), div(hit, expand(ties, x.shape())))};
+               });
+        return y;
+    }
+
+    tensor sum_to(const tensor& x, const shape_type& shape)
+    {
+        detail::check_defined(x, "sum_to");
+        if (x.shape() == shape)
+            return x;
+        if (broadcast_shapes(shape, x.shape()) != x.shape())
+            throw std::invalid_argument("sum_to: shape " + shape_to_string(x.shape()) + " cannot be summed to " +
+                                        shape_to_string(shape) + " (it does not broadcast from it)");
+        const std::size_t lead = x.shape().size() - shape.size();
+        axes_type axes;
+        for (std::size_t i = 0; i < x.shape().size(); ++i)
+            if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
+                axes.push_back(static_cast<std::int64_t>(i));
+        if (axes.empty())
+            return reshape(x, shape);
+        return reshape(sum(x, axes, true), shape);
+    }
+}

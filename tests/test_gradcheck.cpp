@@ -1,0 +1,197 @@
+// First- and second-order finite-difference checks, in float64, of every differentiable op.
+// One table row per op: adding an op to the checks costs one line.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "xgrad/xgrad.hpp"
+
+using namespace xgrad;
+
+namespace
+{
+    using args = std::vector<tensor>;
+
+    /// Where an op's inputs are drawn: anywhere (standard normal), or kept away from the
+    /// points where the op or its derivative is undefined or not smooth.
+    enum class domain
+    {
+        any,      // N(0, 1)
+        positive, // |N(0, 1)| + 0.5: log, sqrt, rsqrt, pow bases, divisors
+        nonzero   // sign(z) (|z| + 0.2): abs, relu, sign-like kinks at 0
+    };
+
+    struct op_case
+    {
+        const char* name;
+        std::vector<shape_type> shapes;
+        domain dom;
+        std::function<tensor(const args&)> f;
+    };
+
+    const tensor labels = [] {
+        const std::int64_t l[4] = {2, 0, 1, 2};
+        return from_host(l, {4}, dtype::int64);
+    }();
+
+#define F(expr) [](const args& x) { (void)x; return expr; }
+    // clang-format off
+    const std::vector<op_case> cases = {
+        {"add (broadcast)",    {{3, 4}, {4}},           domain::any,      F(add(x[0], x[1]))},
+        {"sub (broadcast)",    {{3, 1}, {1, 4}},        domain::any,      F(sub(x[0], x[1]))},
+        {"mul (broadcast)",    {{2, 3, 4}, {3, 1}},     domain::any,      F(mul(x[0], x[1]))},
+        {"div (broadcast)",    {{3, 4}, {4}},           domain::positive, F(div(x[0], x[1]))},
+        {"pow (tensor)",       {{3, 4}, {3, 4}},        domain::positive, F(pow(x[0], x[1]))},
+        {"pow (scalar)",       {{3, 4}},                domain::positive, F(pow(x[0], 2.5))},
+        {"neg",                {{3, 4}},                domain::any,      F(neg(x[0]))},
+        {"exp",                {{3, 4}},                domain::any,      F(exp(x[0]))},
+        {"log",                {{3, 4}},                domain::positive, F(log(x[0]))},
+        {"sqrt",               {{3, 4}},                domain::positive, F(sqrt(x[0]))},
+        {"rsqrt",              {{3, 4}},                domain::positive, F(rsqrt(x[0]))},
+        {"square",             {{3, 4}},                domain::any,      F(square(x[0]))},
+        {"abs",                {{3, 4}},                domain::nonzero,  F(abs(x[0]))},
+        {"relu",               {{3, 4}},                domain::nonzero,  F(relu(x[0]))},
+        {"sigmoid",            {{3, 4}},                domain::any,      F(sigmoid(x[0]))},
+        {"tanh",               {{3, 4}},                domain::any,      F(tanh(x[0]))},
+        {"where",              {{3, 4}, {4}},           domain::any,      F(where(gt(x[0].detach(), scalar_like(x[0], 0.0)), x[0], x[1]))},
+        {"sum (axes)",         {{2, 3, 4}},             domain::any,      F(sum(x[0], {0, 2}))},
+        {"sum (keepdim)",      {{2, 3, 4}},             domain::any,      F(sum(x[0], {-1}, true))},
+        {"sum (all)",          {{3, 4}},                domain::any,      F(sum(x[0]))},
+        {"mean",               {{2, 3, 4}},             domain::any,      F(mean(x[0], {1}))},
+        {"max (axis)",         {{3, 5}},                domain::any,      F(max(x[0], {1}))},
+        {"max (all, keepdim)", {{3, 4}},                domain::any,      F(max(x[0], {}, true))},
+        {"matmul",             {{3, 4}, {4, 2}},        domain::any,      F(matmul(x[0], x[1]))},
+        {"matmul (batched)",   {{2, 1, 3, 4}, {3, 4, 2}}, domain::any,    F(matmul(x[0], x[1]))},
+        {"matmul (vector)",    {{4}, {2, 4, 3}},        domain::any,      F(matmul(x[0], x[1]))},
+        {"matmul (transposed view)", {{4, 3}, {4, 2}},  domain::any,      F(matmul(transpose(x[0], 0, 1), x[1]))},
+        {"reshape",            {{3, 4}},                domain::any,      F(mul(reshape(x[0], {2, -1}), reshape(x[0], {2, 6})))},
+        {"permute",            {{2, 3, 4}},             domain::any,      F(mul(permute(x[0], {2, 0, 1}), permute(x[0], {2, 0, 1})))},
+        {"transpose",          {{3, 4}, {4, 3}},        domain::any,      F(mul(transpose(x[0], 0, 1), x[1]))},
+        {"slice",              {{5, 4}},                domain::any,      F(square(slice(x[0], 0, 1, 5, 2)))},
+        {"slice (negative)",   {{5, 4}},                domain::any,      F(square(slice(x[0], 1, -3, -1)))},
+        {"expand",             {{3, 1}},                domain::any,      F(square(expand(x[0], {2, 3, 4})))},
+        {"sum_to",             {{2, 3, 4}},             domain::any,      F(square(sum_to(x[0], {3, 1})))},
+        {"concat",             {{2, 3}, {4, 3}},        domain::any,      F(square(concat({x[0], x[1]}, 0)))},
+        {"pad",                {{2, 3}},                domain::any,      F(square(pad(x[0], {{1, 0}, {2, 1}}, 0.5)))},
+        {"contiguous",         {{3, 4}},                domain::any,      F(square(contiguous(transpose(x[0], 0, 1))))},
+        {"log_softmax",        {{3, 4}},                domain::any,      F(log_softmax(x[0], 1))},
+        {"softmax",            {{3, 4}},                domain::any,      F(softmax(x[0], 0))},
+        {"cross_entropy",      {{4, 3}},                domain::any,      F(cross_entropy(x[0], labels))},
+        {"cross_entropy (smoothing, sum)", {{4, 3}},    domain::any,      F(cross_entropy(x[0], labels, reduction::sum, 0.1))},
+    };
+    // clang-format on
+#undef F
+
+    std::vector<tensor> make_inputs(const op_case& c, std::uint64_t seed)
+    {
+        generator gen(seed);
+        std::vector<tensor> xs;
+        for (const auto& s : c.shapes)
+        {
+            tensor z = randn(s, gen, dtype::float64);
+            if (c.dom == domain::positive)
+                z = abs(z) + 0.5;
+            else if (c.dom == domain::nonzero)
+                z = sign(z) * (abs(z) + 0.2);
+            xs.push_back(z.detach().requires_grad_());
+        }
+        return xs;
+    }
+
+    gradcheck_function wrap(const op_case& c)
+    {
+        return [f = c.f](const args& x) { return std::vector<tensor>{f(x)}; };
+    }
+}
+
+TEST_CASE("first-order gradients of every op match finite differences")
+{
+    for (const auto& c : cases)
+    {
+        INFO("op: " << std::string(c.name));
+        const gradcheck_result r = gradcheck(wrap(c), make_inputs(c, 1));
+        CHECK_MESSAGE(r.ok, r.message);
+    }
+}
+
+TEST_CASE("second-order gradients of every op match finite differences")
+{
+    for (const auto& c : cases)
+    {
+        INFO("op: " << std::string(c.name));
+        const gradcheck_result r = gradgradcheck(wrap(c), make_inputs(c, 2));
+        CHECK_MESSAGE(r.ok, r.message);
+    }
+}
+
+TEST_CASE("gradcheck detects a wrong gradient and reports the worst element")
+{
+    // A deliberately wrong op: forward x^2, backward 3x (instead of 2x).
+    auto wrong_square = [](const tensor& x) {
+        tensor y = mul(x.detach(), x.detach());
+        record("wrong_square", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
+            return std::vector<tensor>{mul(g[0], mul(x, scalar_like(x, 3.0)))};
+        });
+        return y;
+    };
+    generator gen(3);
+    const tensor x = randn({4}, gen, dtype::float64).requires_grad_();
+    const gradcheck_result r = gradcheck([&](const args& a) { return std::vector<tensor>{wrong_square(a[0])}; }, {x});
+    REQUIRE_FALSE(r.ok);
+    // The worst element is where |3x - 2x| = |x| is largest.
+    const auto xv = to_vector(x);
+    std::size_t worst = 0;
+    for (std::size_t i = 1; i < xv.size(); ++i)
+        if (std::abs(xv[i]) > std::abs(xv[worst]))
+            worst = i;
+    CHECK(r.input_element == static_cast<std::int64_t>(worst));
+    CHECK(r.output_element == static_cast<std::int64_t>(worst));
+    CHECK(r.analytic == doctest::Approx(3 * xv[worst]));
+    CHECK(r.numeric == doctest::Approx(2 * xv[worst]).epsilon(1e-6));
+    CHECK(r.message.find("analytic") != std::string::npos);
+    gradcheck_options throwing;
+    throwing.throw_on_failure = true;
+    CHECK_THROWS_AS(gradcheck([&](const args& a) { return std::vector<tensor>{wrong_square(a[0])}; }, {x}, throwing),
+                    std::runtime_error);
+}
+
+TEST_CASE("gradgradcheck detects a wrong second derivative")
+{
+    // Right first derivative (2x), but its own backward is wrong: d(2x g)/dx reported as 4 g.
+    auto bad_double_backward = [](const tensor& x) {
+        tensor y = mul(x.detach(), x.detach());
+        record("square_bad_2nd", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
+            tensor first = mul(mul(g[0], x.detach()), scalar_like(x, 2.0));
+            tensor gd = g[0];
+            record("bad_2nd", {x, gd}, {first}, [x, gd](function_node&, const std::vector<tensor>& gg) {
+                return std::vector<tensor>{mul(mul(gg[0], gd), scalar_like(x, 4.0)),
+                                           mul(mul(gg[0], x), scalar_like(x, 2.0))};
+            });
+            return std::vector<tensor>{first};
+        });
+        return y;
+    };
+    generator gen(4);
+    const tensor x = randn({3}, gen, dtype::float64).requires_grad_();
+    auto f = [&](const args& a) { return std::vector<tensor>{bad_double_backward(a[0])}; };
+    CHECK(gradcheck(f, {x}).ok);
+    const gradcheck_result r = gradgradcheck(f, {x});
+    CHECK_FALSE(r.ok);
+    CHECK(r.message.find("second order") != std::string::npos);
+}
+
+TEST_CASE("third derivatives through composed ops")
+{
+    // f(x) = sum(tanh(x) * x); check the gradient of the Hessian-vector product by finite
+    // differences: gradgradcheck of g(x) = grad(f, x, create_graph).
+    auto g = [](const args& a) {
+        const tensor y = sum(mul(tanh(a[0]), a[0]));
+        return std::vector<tensor>{grad({y}, {a[0]}, {}, true, true)[0]};
+    };
+    generator gen(5);
+    const tensor x = randn({4}, gen, dtype::float64).requires_grad_();
+    const gradcheck_result r = gradgradcheck(g, {x});
+    CHECK_MESSAGE(r.ok, r.message);
+}
