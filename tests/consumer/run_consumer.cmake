@@ -1,0 +1,106 @@
+# cmake -P script behind the `install_consumer` test (see CMakeLists.txt next to it).
+#
+#   1. cmake --install <XGRAD_BINARY_DIR> --prefix <WORK_DIR>/prefix
+#   2. configure + build CONSUMER_SOURCE_DIR in <WORK_DIR>/build with CMAKE_PREFIX_PATH=<prefix>,
+#      the same generator, C++ compiler, flags and build type as xgrad's own build
+#   3. run the consumer executable
+#
+# Any failing step fails the script (and the test) with that step's command and output.
+cmake_minimum_required(VERSION 3.20)
+
+foreach(var XGRAD_BINARY_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "run_consumer.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+set(prefix "${WORK_DIR}/prefix")
+set(build "${WORK_DIR}/build")
+
+# Start from nothing, so a stale install or cache can never make the test pass.
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# run_step(<description> <command>...): run, echo the command, fail with its output on error.
+function(run_step what)
+  string(REPLACE ";" " " shown "${ARGN}")
+  message(STATUS "[install_consumer] ${what}: ${shown}")
+  execute_process(COMMAND ${ARGN}
+    RESULT_VARIABLE rc
+    OUTPUT_VARIABLE out
+    ERROR_VARIABLE out)
+  if(NOT rc STREQUAL "0")
+    message(FATAL_ERROR
+      "[install_consumer] FAILED: ${what} (exit status: ${rc})\n"
+      "command: ${shown}\n"
+      "---- output ----\n${out}\n---- end of output ----")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(config_args "")
+if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
+  set(config_args --config "${CONFIG}")
+endif()
+
+# 1. Install.
+run_step("install xgrad" "${CMAKE_COMMAND}" --install "${XGRAD_BINARY_DIR}" --prefix "${prefix}" ${config_args})
+
+# 2. Configure and build the consumer project against the fresh prefix only.
+set(configure_args
+  -S "${CONSUMER_SOURCE_DIR}"
+  -B "${build}"
+  -G "${GENERATOR}"
+  "-DCMAKE_PREFIX_PATH=${prefix}"
+  "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
+  "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+  # Never pick up an xgrad from the user package registry or a system install instead.
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+if(DEFINED GENERATOR_PLATFORM AND NOT GENERATOR_PLATFORM STREQUAL "")
+  list(APPEND configure_args -A "${GENERATOR_PLATFORM}")
+endif()
+if(DEFINED GENERATOR_TOOLSET AND NOT GENERATOR_TOOLSET STREQUAL "")
+  list(APPEND configure_args -T "${GENERATOR_TOOLSET}")
+endif()
+if(DEFINED MAKE_PROGRAM AND NOT MAKE_PROGRAM STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
+endif()
+run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
+
+# The package must have come from the prefix we just installed, not from anywhere else.
+file(STRINGS "${build}/CMakeCache.txt" xgrad_dir_line REGEX "^xgrad_DIR:")
+string(REGEX REPLACE "^xgrad_DIR:[A-Z]+=" "" xgrad_dir "${xgrad_dir_line}")
+file(REAL_PATH "${prefix}" real_prefix)
+if(EXISTS "${xgrad_dir}")
+  file(REAL_PATH "${xgrad_dir}" xgrad_dir)
+endif()
+string(FIND "${xgrad_dir}/" "${real_prefix}/" pos)
+if(NOT pos EQUAL 0)
+  message(FATAL_ERROR "[install_consumer] FAILED: the consumer found xgrad in '${xgrad_dir}', "
+                      "not in the fresh install prefix '${real_prefix}'")
+endif()
+
+run_step("build consumer" "${CMAKE_COMMAND}" --build "${build}" ${config_args})
+
+# 3. Run it. Single-config generators put it in the build dir, multi-config ones in <config>/.
+set(exe_name "consumer")
+if(CMAKE_HOST_WIN32)
+  set(exe_name "consumer.exe")
+endif()
+set(exe "")
+foreach(candidate "${build}/${exe_name}" "${build}/${CONFIG}/${exe_name}")
+  if(EXISTS "${candidate}" AND NOT IS_DIRECTORY "${candidate}")
+    set(exe "${candidate}")
+    break()
+  endif()
+endforeach()
+if(exe STREQUAL "")
+  message(FATAL_ERROR "[install_consumer] FAILED: built the consumer, but found no executable "
+                      "'${exe_name}' in ${build}")
+endif()
+run_step("run consumer" "${exe}")
+message(STATUS "[install_consumer] consumer output:\n${step_output}")
+message(STATUS "[install_consumer] OK")

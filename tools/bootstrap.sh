@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The script behind README's Quick start:
+#
+#   tools/bootstrap.sh example         install missing Debian packages, build, run examples/two_moons
+#   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, build, run ctest
+#                                      (ARGS go to ctest, e.g. `-L gradcheck`)
+#
+# Environment: BUILD_DIR (default: build, relative to the repository root).
+# Works from any directory; everything happens in the repository root.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: tools/bootstrap.sh example [ARGS...]   build, then run build/examples/two_moons [ARGS...]
+       tools/bootstrap.sh test [ARGS...]      build, then run ctest [ARGS...] (e.g. -L gradcheck)
+
+Installs missing Debian packages first (as root; otherwise prints the apt-get line to run).
+Environment: BUILD_DIR=<dir> (default: build)
+EOF
+}
+
+step() { printf '\n==> %s\n' "$*"; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+if [[ $# -lt 1 ]]; then
+  usage >&2
+  exit 2
+fi
+mode=$1
+shift
+case "$mode" in
+  example|test) ;;
+  -h|--help|help) usage; exit 0 ;;
+  *) usage >&2; die "unknown command '$mode'" ;;
+esac
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+build_dir=${BUILD_DIR:-build}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+# ---- 1. Debian packages --------------------------------------------------------------------
+is_installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+step "Checking Debian packages"
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "dpkg-query not found (not a Debian-based system?): skipping the package check."
+  echo "Needed: CMake >= 3.20, a C++17 compiler, make or ninja, xtensor, xtl, xsimd, doctest,"
+  echo "zlib, OpenBLAS and pkg-config."
+else
+  packages=(cmake g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
+            pkg-config)
+  # A build tool: ninja-build if it is there, otherwise make.
+  if is_installed ninja-build; then
+    packages+=(ninja-build)
+  else
+    packages+=(make)
+  fi
+  missing=()
+  for pkg in "${packages[@]}"; do
+    if ! is_installed "$pkg"; then
+      missing+=("$pkg")
+    fi
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "All needed packages are installed: ${packages[*]}"
+  elif [[ $(id -u) -eq 0 ]]; then
+    echo "Installing missing packages: ${missing[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+  else
+    echo "Missing packages: ${missing[*]}" >&2
+    echo "Install them with:" >&2
+    echo >&2
+    echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    echo >&2
+    echo "then run this script again." >&2
+    exit 1
+  fi
+fi
+
+# ---- 2. Configure and build ----------------------------------------------------------------
+configure_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release)
+if [[ $mode == example ]]; then
+  configure_args+=(-DXGRAD_BUILD_EXAMPLES=ON)
+else
+  configure_args+=(-DXGRAD_BUILD_TESTS=ON)
+fi
+# Ninja when available, but never switch the generator of an existing build directory.
+if [[ ! -f "$build_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
+  configure_args+=(-G Ninja)
+fi
+
+step "Configuring: cmake ${configure_args[*]}"
+cmake "${configure_args[@]}"
+
+step "Building: cmake --build $build_dir -j$jobs"
+cmake --build "$build_dir" -j"$jobs"
+
+# ---- 3. Run --------------------------------------------------------------------------------
+if [[ $mode == example ]]; then
+  exe="$build_dir/examples/two_moons"
+  [[ -x "$exe" ]] || die "$exe was not built"
+  step "Running: $exe $*"
+  "$exe" "$@"
+else
+  step "Testing: ctest --test-dir $build_dir --output-on-failure -j$jobs $*"
+  ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" "$@"
+fi
