@@ -7,13 +7,15 @@
 // Contract shared by every kernel:
 // - Outputs come first, then inputs, then sizes. Pointers point at element 0 of a (possibly
 //   strided) view; `shape` has `ndim` extents and every `*_strides` array has `ndim` entries,
-//   counted in elements (not bytes). A stride may be 0 (a broadcast input) or negative-free
-//   (xgrad never creates negative strides). `ndim` may be 0 (one element).
+//   counted in elements (not bytes). A stride may be 0 (a broadcast input); strides are never
+//   negative. `ndim` may be 0 (one element).
 // - Kernels ASSIGN into their outputs; none accumulates. Output views never overlap inputs
 //   unless they are the identical view (same pointer and strides), which is allowed.
 // - Math kernels (unary, binary, where, reduce, matmul) take dtype float32 or float64 only;
 //   the ops layer converts float16/bfloat16 to float32 before calling them. `copy` and `fill`
-//   take every dtype. Kernels do not validate: the ops layer checks shapes and dtypes first.
+//   take every dtype. Kernels do not validate their arguments (the ops layer checks shapes and dtypes
+//   first), except where a backend's own limit is narrower than this contract (the CPU GEMM
+//   takes int dimensions and throws std::invalid_argument beyond INT_MAX).
 // - CPU kernels parallelise over the framework's thread pool; results do not depend on the
 //   number of threads except where documented (none at present: reductions use a fixed
 //   blocking independent of the thread count).

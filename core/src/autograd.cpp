@@ -46,8 +46,6 @@ namespace xgrad
 
     tensor node::unpack(const saved_tensor& s)
     {
-        if (s.m_output_nr < 0)
-            return s.m_input;
         auto impl = std::make_shared<tensor_impl>(*s.m_data.impl());
         impl->m_grad_fn = shared_from_this();
         impl->m_output_nr = s.m_output_nr;
@@ -61,9 +59,11 @@ namespace xgrad
         if (!g.defined())
             return {};
         if (!m_leaf->m_grad)
-            // With create_graph the gradient keeps its graph (so it can be differentiated);
-            // otherwise it was computed under no_grad and is already a plain tensor.
-            m_leaf->m_grad = g.impl();
+            // With create_graph (grad mode on) the gradient keeps its graph so it can be
+            // differentiated; otherwise it is stored cut from any graph (g may be a caller's
+            // grad_outputs tensor that itself requires grad). Tensors are never modified in
+            // place, so sharing g's storage is safe.
+            m_leaf->m_grad = is_grad_enabled() ? g.impl() : g.detach().impl();
         else
             m_leaf->m_grad = add(tensor(m_leaf->m_grad), g).impl();
         return {};
@@ -84,13 +84,6 @@ namespace xgrad
         saved_tensor s;
         s.m_data = output.detach();
         s.m_output_nr = output_nr;
-        return s;
-    }
-
-    saved_tensor save_input(const tensor& input)
-    {
-        saved_tensor s;
-        s.m_input = input;
         return s;
     }
 
@@ -221,7 +214,12 @@ namespace xgrad
                     for (const auto& e : n->m_next_edges)
                         wanted = wanted || (e.valid() && m_needed.count(e.fn.get()));
                     if (!wanted)
+                    {
+                        // Only a capture point: its backward is not needed by this call.
+                        if (!m_retain)
+                            n->release_saved();
                         continue;
+                    }
 
                     for (std::size_t i = 0; i < grads.size(); ++i)
                         if (!grads[i].defined())

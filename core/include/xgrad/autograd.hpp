@@ -20,9 +20,10 @@ namespace xgrad
 {
     class node;
 
-    /// Points at input `input_nr` of `fn` (that is: output `input_nr` of the producing op is
-    /// fed into `fn`'s gradient buffer slot `input_nr`). An edge with a null fn is a
-    /// non-differentiable input.
+    /// Where the gradient of one op input goes: slot `input_nr` of node `fn`, where `fn` is the
+    /// node that produced the input and `input_nr` is which of its outputs the input is (for
+    /// a leaf: its accumulate_grad node, slot 0). A null fn marks an input that needs no
+    /// gradient.
     struct edge
     {
         std::shared_ptr<node> fn;
@@ -30,13 +31,13 @@ namespace xgrad
         bool valid() const noexcept { return static_cast<bool>(fn); }
     };
 
-    /// A tensor saved for backward without the reference cycle a saved output would create
-    /// (output -> grad_fn -> saved output). `node::unpack` re-attaches it to its node.
+    /// An op's output saved for its own backward, without the reference cycle that capturing
+    /// the output itself would create (output -> grad_fn -> saved output). `node::unpack`
+    /// re-attaches it to its node. (Inputs need no such care: ops capture them directly.)
     struct saved_tensor
     {
-        tensor m_data;          // shares storage; no autograd metadata
-        int m_output_nr = -1;   // >= 0: an output of the saving node; -1: an input, kept as is
-        tensor m_input;         // the saved input itself (m_output_nr == -1)
+        tensor m_data;        // shares the output's storage; no autograd metadata
+        int m_output_nr = 0;  // which output of the saving node
     };
 
     /// Shape, dtype and device of one output of a node: what a missing gradient is filled with.
@@ -63,8 +64,8 @@ namespace xgrad
         {
             return i < m_next_edges.size() && m_next_edges[i].valid();
         }
-        /// A saved output re-attached to this node (so create_graph reaches through it), or a
-        /// saved input as it was.
+        /// A saved output re-attached to this node, so that a backward run with create_graph
+        /// differentiates through it.
         tensor unpack(const saved_tensor& s);
 
         std::vector<edge> m_next_edges;
@@ -136,8 +137,6 @@ namespace xgrad
     // --- recording (used by ops) -------------------------------------------------------------
     /// Saves an op output for its own backward (see saved_tensor); call before record().
     saved_tensor save_output(const tensor& output, int output_nr = 0);
-    /// Saves an input for backward.
-    saved_tensor save_input(const tensor& input);
     /// True when an op with these inputs must record a node: grad mode is on and some input
     /// requires grad.
     bool any_requires_grad(const std::vector<tensor>& inputs);

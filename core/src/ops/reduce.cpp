@@ -16,7 +16,7 @@ namespace xgrad
 {
     namespace
     {
-        /// Sorted, non-negative, unique axes; empty input means every axis.
+        /// mask[d] is true for each reduced dimension d; an empty `axes` reduces all of them.
         std::vector<bool> reduced_mask(const tensor& x, const axes_type& axes, const char* op)
         {
             std::vector<bool> mask(static_cast<std::size_t>(x.dim()), axes.empty());

@@ -18,7 +18,7 @@ namespace xgrad
 {
     namespace
     {
-        /// Strides that view x (contiguous) with another shape of the same size.
+        /// `shape` with its -1 entry (if any) resolved against x's element count.
         shape_type infer_shape(const tensor& x, const shape_type& shape)
         {
             shape_type out = shape;
@@ -152,20 +152,20 @@ namespace xgrad
         detail::check_defined(g, "slice_backward");
         const auto d = static_cast<std::size_t>(detail::normalize_dim(dim, static_cast<std::int64_t>(shape.size()),
                                                                       "slice_backward", shape));
-        tensor out = zeros(shape, g.dtype(), g.device());
-        if (g.dim() != static_cast<std::int64_t>(shape.size()) || step < 1 || start < 0)
+        const std::int64_t count = g.dim() == static_cast<std::int64_t>(shape.size()) ? g.shape()[d] : -1;
+        shape_type expected = shape;
+        expected[d] = count;
+        if (count < 0 || g.shape() != expected || step < 1 || start < 0)
             throw std::invalid_argument("slice_backward: gradient of shape " + shape_to_string(g.shape()) +
-                                        " cannot come from a slice of " + shape_to_string(shape));
-        const std::int64_t count = g.shape()[d];
+                                        " cannot come from a slice of " + shape_to_string(shape) + " along dimension " +
+                                        std::to_string(d));
         if (count > 0 && start + (count - 1) * step >= shape[d])
             throw std::invalid_argument("slice_backward: " + std::to_string(count) + " elements from " +
                                         std::to_string(start) + " with step " + std::to_string(step) +
                                         " overrun dimension " + std::to_string(d) + " of " + shape_to_string(shape));
         const slice_range r{static_cast<std::int64_t>(d), start, count, step};
+        tensor out = zeros(shape, g.dtype(), g.device());
         const tensor view = slice_view(out, r);
-        if (view.shape() != g.shape())
-            throw std::invalid_argument("slice_backward: gradient of shape " + shape_to_string(g.shape()) +
-                                        " does not fit the slice of " + shape_to_string(shape));
         detail::copy_into(view, g);
         record("slice_backward", {g}, {out}, [r](function_node&, const std::vector<tensor>& gg) {
             return std::vector<tensor>{slice(gg[0], r.dim, r.start, r.start + r.count * r.step, r.step)};

@@ -24,7 +24,8 @@ namespace xgrad
     tensor rsqrt(const tensor& x);
     tensor square(const tensor& x);
     tensor abs(const tensor& x);
-    /// -1, 0 or 1 (not differentiable: its gradient is zero).
+    /// -1, 0 or 1. Not differentiable (its derivative is zero almost everywhere): the result
+    /// never requires grad, like the comparisons.
     tensor sign(const tensor& x);
     tensor relu(const tensor& x);
     tensor sigmoid(const tensor& x);

@@ -1,5 +1,6 @@
 #pragma once
-// Matrix products (core/src/ops/matmul.cpp), through the backend's GEMM (OpenBLAS on the CPU).
+// Matrix products (core/src/ops/matmul.cpp), through the backend's GEMM: OpenBLAS on the CPU
+// (the scalar reference loop when the backend is built with XGRAD_SIMD=scalar).
 #include "xgrad/tensor.hpp"
 
 namespace xgrad
