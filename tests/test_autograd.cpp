@@ -132,13 +132,53 @@ TEST_CASE("graphs are freed when their outputs die (no reference cycles)")
 
 TEST_CASE("create_graph gradients accumulate with graph into leaves")
 {
-    const tensor x = scalar(2.0).requires_grad_();
+    tensor x = scalar(2.0).requires_grad_();
     const tensor y = mul(x, mul(x, x));
     backward({y}, {}, true, true);
     const tensor g = x.grad(); // 3x^2, with a graph
     REQUIRE(g.requires_grad());
     const tensor h = grad({g}, {x})[0];
     CHECK(h.item() == doctest::Approx(12.0));
+    // The leaf now holds a graph that captures the leaf: a reference cycle (as in PyTorch),
+    // broken by clearing the gradient.
+    x.zero_grad();
+}
+
+TEST_CASE("leaf gradients are dense even when the incoming gradient is a broadcast view")
+{
+    const tensor x = zeros({3, 4}, dtype::float64).requires_grad_();
+    sum(x).backward();
+    CHECK(x.grad().is_contiguous());
+    CHECK(to_vector(x.grad()) == std::vector<double>(12, 1.0));
+}
+
+TEST_CASE("grad() w.r.t. an intermediate keeps the graph below it usable")
+{
+    const tensor x = scalar(1.0).requires_grad_();
+    const tensor a = exp(x);
+    const tensor y = mul(a, a);
+    CHECK(grad({y}, {a})[0].item() == doctest::Approx(2 * std::exp(1.0)));
+    mul(a, scalar(3.0)).backward(); // exp's node did not run above, so it still has its output
+    CHECK(x.grad().item() == doctest::Approx(3 * std::exp(1.0)));
+}
+
+TEST_CASE("very deep graphs: backward and destruction without deep recursion")
+{
+    // 200000 chained ops; recursion over them would need far more than a default 8 MiB stack.
+    const tensor x = scalar(1.0).requires_grad_();
+    std::weak_ptr<node> first;
+    {
+        tensor y = x;
+        for (int i = 0; i < 200000; ++i)
+        {
+            y = mul(y, scalar(1.0));
+            if (i == 0)
+                first = y.grad_fn();
+        }
+        y.backward({}, true);
+        CHECK(x.grad().item() == 1.0);
+    }
+    CHECK(first.expired());
 }
 
 TEST_CASE("unused inputs")

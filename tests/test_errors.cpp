@@ -50,6 +50,11 @@ TEST_CASE("shape errors name the shapes")
     CHECK_ERROR(sum_to(zeros({2, 3}), {4}), std::invalid_argument, "[2, 3]", "[4]");
     CHECK_ERROR(slice_backward(zeros({3}), {5}, 0, 2, 2), std::invalid_argument, "overrun");
     CHECK_ERROR(zeros({2, -1}), std::invalid_argument, "negative");
+    CHECK_ERROR(zeros({std::int64_t{1} << 61}, dtype::float64), std::invalid_argument, "bytes");
+    CHECK_ERROR(zeros({std::int64_t{1} << 32, std::int64_t{1} << 32}), std::invalid_argument, "too many");
+    CHECK_ERROR(expand(ones({1}), {-1}), std::invalid_argument, "negative", "[-1]");
+    CHECK_ERROR(expand(ones({3}), {-5, 3}), std::invalid_argument, "negative");
+    CHECK_ERROR(arange(0, 1e30), std::invalid_argument, "too many");
 }
 
 TEST_CASE("dtype errors name the dtypes")

@@ -129,11 +129,27 @@ TEST_CASE("reductions match xtensor")
     CHECK(to_vector(sum(zeros({0, 3}), {0})) == std::vector<double>{0, 0, 0});
 }
 
-TEST_CASE("max shares the gradient among ties")
+TEST_CASE("max shares the gradient among ties, and gives it to a NaN maximum")
 {
     const tensor x = from_host(std::vector<double>{1, 3, 3, 2}.data(), {4}, dtype::float64).requires_grad_();
     max(x).backward();
     CHECK(to_vector(x.grad()) == std::vector<double>{0, 0.5, 0.5, 0});
+    const tensor n = from_host(std::vector<double>{1, NAN, 2}.data(), {3}, dtype::float64).requires_grad_();
+    max(n).backward();
+    CHECK(to_vector(n.grad()) == std::vector<double>{0, 1, 0});
+}
+
+TEST_CASE("pow gradients at zero take the limits, not 0 * inf")
+{
+    const tensor zero = full({}, 0.0, dtype::float64);
+    const tensor a = zero.detach().requires_grad_();
+    const auto da = grad({pow(a, zero)}, {a})[0]; // d(a^0)/da = 0, even at a = 0
+    CHECK(da.item() == 0.0);
+    const tensor b = full({}, 2.0, dtype::float64).requires_grad_();
+    const auto db = grad({pow(zero, b)}, {b})[0]; // 0^b is constant for b > 0
+    CHECK(db.item() == 0.0);
+    const tensor c = full({}, 3.0, dtype::float64).requires_grad_();
+    CHECK(grad({pow(c, 2.0)}, {c})[0].item() == 6.0);
 }
 
 TEST_CASE("matmul matches xtensor for all shapes and layouts")
@@ -179,6 +195,7 @@ TEST_CASE("concat, pad and slice values")
     CHECK(to_vector(p) == std::vector<double>{-1, -1, -1, 1, 2, -1});
     CHECK(to_vector(arange(0, 10).slice(0, -4, 100, 2)) == std::vector<double>{6, 8});
     CHECK(arange(0, 10).slice(0, 7, 3).numel() == 0);
+    CHECK(to_vector(arange(0, 5).slice(0, 0, 5, INT64_MAX)) == std::vector<double>{0}); // no overflow
     CHECK(to_vector(slice_backward(full({2}, 1.0), {5}, 0, 1, 3)) == std::vector<double>{0, 1, 0, 0, 1});
 }
 

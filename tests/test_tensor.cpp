@@ -145,6 +145,10 @@ TEST_CASE("item and printing")
     std::ostringstream os;
     os << arange(0, 3, 1, dtype::int64);
     CHECK(os.str() == "tensor([0, 1, 2], shape=[3], dtype=int64)");
+    // int64 values print exactly, including those a double cannot hold.
+    const std::int64_t extremes[3] = {INT64_MAX, -3, (std::int64_t{1} << 53) + 1};
+    CHECK(from_host(extremes, {3}, dtype::int64).to_string() ==
+          "tensor([9223372036854775807,                  -3,    9007199254740993], shape=[3], dtype=int64)");
     const std::string big = arange(0, 5000).to_string();
     CHECK(big.find("...") != std::string::npos);
     CHECK(big.size() < 200);

@@ -10,6 +10,7 @@
 #include "detail.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/shape.hpp"
 
 namespace xgrad
 {
@@ -63,10 +64,67 @@ namespace xgrad
             // differentiated; otherwise it is stored cut from any graph (g may be a caller's
             // grad_outputs tensor that itself requires grad). Tensors are never modified in
             // place, so sharing g's storage is safe.
-            m_leaf->m_grad = is_grad_enabled() ? g.impl() : g.detach().impl();
+            // The stored gradient is made contiguous: optimizers and users read grad() as a
+            // dense array (g may be an expanded, stride-0 view).
+            m_leaf->m_grad = is_grad_enabled() ? contiguous(g).impl() : detail::raw_contiguous(g.detach()).impl();
         else
             m_leaf->m_grad = add(tensor(m_leaf->m_grad), g).impl();
         return {};
+    }
+
+    namespace
+    {
+        // Non-recursive destruction of long graphs. Destroying a node releases its inputs'
+        // nodes (through its edges and the tensors its backward captured), which may release
+        // theirs, and so on: a chain of 10^5 ops would recurse 10^5 levels deep. Past a depth
+        // limit, a dying node parks what it owns here instead, and the outermost destructor
+        // frees the parked items one at a time. The pointer (not an object) keeps this
+        // thread-local trivially destructible, so it is safe even from static destructors.
+        struct graveyard
+        {
+            std::vector<function_node::backward_type> m_functions;
+            std::vector<edge> m_edges;
+        };
+        thread_local graveyard* t_graveyard = nullptr;
+        thread_local int t_destroy_depth = 0;
+        constexpr int max_destroy_depth = 200;
+    }
+
+    function_node::~function_node()
+    {
+        ++t_destroy_depth;
+        {
+            backward_type fn = std::move(m_backward);
+            std::vector<edge> edges = std::move(m_next_edges);
+            if (t_destroy_depth > max_destroy_depth)
+            {
+                if (!t_graveyard)
+                    t_graveyard = new graveyard;
+                t_graveyard->m_functions.push_back(std::move(fn));
+                for (auto& e : edges)
+                    t_graveyard->m_edges.push_back(std::move(e));
+            }
+        } // below the limit, fn and edges die here, possibly destroying more nodes recursively
+        if (--t_destroy_depth == 0 && t_graveyard)
+        {
+            ++t_destroy_depth;
+            while (!t_graveyard->m_functions.empty() || !t_graveyard->m_edges.empty())
+            {
+                if (!t_graveyard->m_edges.empty())
+                {
+                    edge e = std::move(t_graveyard->m_edges.back());
+                    t_graveyard->m_edges.pop_back();
+                } // e dies here
+                else
+                {
+                    backward_type fn = std::move(t_graveyard->m_functions.back());
+                    t_graveyard->m_functions.pop_back();
+                }
+            }
+            delete t_graveyard;
+            t_graveyard = nullptr;
+            --t_destroy_depth;
+        }
     }
 
     std::vector<tensor> function_node::apply(const std::vector<tensor>& grad_outputs)
@@ -135,21 +193,42 @@ namespace xgrad
             std::unordered_map<node*, std::vector<tensor>> m_buffers;
 
             /// Marks every node from which a capture (grad) or an accumulator (backward) is
-            /// reachable; counts, for each needed node, the edges from needed nodes into it.
-            bool mark(node* n, std::unordered_map<node*, bool>& memo)
+            /// reachable. An explicit stack (post-order) instead of recursion: graphs of
+            /// hundreds of thousands of ops must not exhaust the call stack.
+            void mark(const std::vector<edge>& roots)
             {
-                if (auto it = memo.find(n); it != memo.end())
-                    return it->second;
-                memo[n] = false; // graphs are acyclic; this only guards recursion
-                bool needed = m_captures.count(n) > 0 ||
-                              (m_accumulate && dynamic_cast<accumulate_grad*>(n) != nullptr);
-                for (const auto& e : n->m_next_edges)
-                    if (e.valid() && mark(e.fn.get(), memo))
-                        needed = true;
-                memo[n] = needed;
-                if (needed)
-                    m_needed.insert(n);
-                return needed;
+                struct frame
+                {
+                    node* n;
+                    std::size_t next;
+                };
+                std::unordered_set<node*> seen;
+                std::vector<frame> stack;
+                for (const auto& r : roots)
+                {
+                    if (!seen.insert(r.fn.get()).second)
+                        continue;
+                    stack.push_back({r.fn.get(), 0});
+                    while (!stack.empty())
+                    {
+                        node* n = stack.back().n;
+                        const std::size_t i = stack.back().next++;
+                        if (i < n->m_next_edges.size())
+                        {
+                            node* child = n->m_next_edges[i].fn.get();
+                            if (child && seen.insert(child).second)
+                                stack.push_back({child, 0});
+                            continue;
+                        }
+                        bool needed = m_captures.count(n) > 0 ||
+                                      (m_accumulate && dynamic_cast<accumulate_grad*>(n) != nullptr);
+                        for (const auto& e : n->m_next_edges)
+                            needed = needed || (e.valid() && m_needed.count(e.fn.get()) > 0);
+                        if (needed)
+                            m_needed.insert(n);
+                        stack.pop_back();
+                    }
+                }
             }
 
             void add_to_buffer(node* n, int slot, const tensor& g)
@@ -163,9 +242,7 @@ namespace xgrad
 
             void run(const std::vector<edge>& roots, const std::vector<tensor>& root_grads)
             {
-                std::unordered_map<node*, bool> memo;
-                for (const auto& r : roots)
-                    mark(r.fn.get(), memo);
+                mark(roots);
                 for (node* n : m_needed)
                     for (const auto& e : n->m_next_edges)
                         if (e.valid() && m_needed.count(e.fn.get()))
@@ -214,12 +291,8 @@ namespace xgrad
                     for (const auto& e : n->m_next_edges)
                         wanted = wanted || (e.valid() && m_needed.count(e.fn.get()));
                     if (!wanted)
-                    {
-                        // Only a capture point: its backward is not needed by this call.
-                        if (!m_retain)
-                            n->release_saved();
-                        continue;
-                    }
+                        continue; // only a capture point: its backward did not run, so its
+                                  // saved tensors stay for a later backward through it
 
                     for (std::size_t i = 0; i < grads.size(); ++i)
                         if (!grads[i].defined())
@@ -289,10 +362,12 @@ namespace xgrad
                 }
                 else if (g.shape() != out.shape() || g.dtype() != out.dtype() || g.device() != out.device())
                     throw std::invalid_argument(std::string(caller) + ": grad_outputs[" + std::to_string(i) +
-                                                "] has shape " + shape_to_string(g.shape()) + " and dtype " +
-                                                std::string(name(g.dtype())) + ", but output " + std::to_string(i) +
-                                                " has shape " + shape_to_string(out.shape()) + " and dtype " +
-                                                std::string(name(out.dtype())));
+                                                "] has shape " + shape_to_string(g.shape()) + ", dtype " +
+                                                std::string(name(g.dtype())) + " and device " + to_string(g.device()) +
+                                                ", but output " + std::to_string(i) + " has shape " +
+                                                shape_to_string(out.shape()) + ", dtype " +
+                                                std::string(name(out.dtype())) + " and device " +
+                                                to_string(out.device()));
                 roots.push_back(gradient_edge(out));
                 root_grads.push_back(g);
             }

@@ -1,6 +1,11 @@
 #include "dispatch.hpp"
 
 #include <stdexcept>
+#include <string>
+
+#ifdef XGRAD_WITH_CUDA
+#include "backends/cuda/runtime.hpp"
+#endif
 
 namespace xgrad::detail
 {
@@ -17,7 +22,36 @@ namespace xgrad::detail
     {
         if (dev.type == device_type::cpu)
             return cpu_kernels;
-        throw std::runtime_error("no backend for device " + to_string(dev) +
-                                 ": this build of xgrad has no CUDA backend");
+        if (!cuda_is_built())
+            throw std::runtime_error("cannot use device " + to_string(dev) +
+                                     ": this build of xgrad has no CUDA support (configure with "
+                                     "-DXGRAD_USE_CUDA=ON where the CUDA toolkit is installed)");
+        const int count = cuda_device_count();
+        if (dev.index >= count)
+            throw std::runtime_error("cannot use device " + to_string(dev) + ": " + std::to_string(count) +
+                                     " CUDA device(s) available");
+        throw std::runtime_error("cannot use device " + to_string(dev) +
+                                 ": the CUDA kernels are not part of this version of xgrad");
+    }
+}
+
+namespace xgrad
+{
+    bool cuda_is_built() noexcept
+    {
+#ifdef XGRAD_WITH_CUDA
+        return true;
+#else
+        return false;
+#endif
+    }
+
+    int cuda_device_count() noexcept
+    {
+#ifdef XGRAD_WITH_CUDA
+        return cuda::device_count();
+#else
+        return 0;
+#endif
     }
 }

@@ -97,6 +97,9 @@ namespace xgrad
                                         std::to_string(start) + ", " + std::to_string(stop) + ", " +
                                         std::to_string(step) + ")");
         const double span = std::ceil((stop - start) / step);
+        if (!(span < 0x1p62))
+            throw std::invalid_argument("arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " +
+                                        std::to_string(step) + ") would have too many elements");
         const auto n = static_cast<std::int64_t>(span > 0 ? span : 0);
         std::vector<double> v(static_cast<std::size_t>(n));
         for (std::int64_t i = 0; i < n; ++i)

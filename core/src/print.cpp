@@ -18,16 +18,13 @@ namespace xgrad
 
         struct formatter
         {
-            bool m_integer = false;  // int64 dtype
             bool m_scientific = false;
             std::size_t m_width = 0;
 
             std::string format(double v) const
             {
                 char buf[64];
-                if (m_integer)
-                    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-                else if (m_scientific)
+                if (m_scientific)
                     std::snprintf(buf, sizeof buf, "%.4e", v);
                 else
                     std::snprintf(buf, sizeof buf, "%.4f", v);
@@ -35,13 +32,44 @@ namespace xgrad
             }
         };
 
-        void print_rec(std::ostringstream& os, const std::vector<double>& v, const shape_type& shape,
+        /// Elements as text; int64 values are read as int64 (a double cannot hold them all).
+        std::vector<std::string> format_all(const tensor& t, formatter& f)
+        {
+            std::vector<std::string> text(static_cast<std::size_t>(t.numel()));
+            if (t.dtype() == dtype::int64)
+            {
+                std::vector<std::int64_t> v(text.size());
+                to_host(t, v.data(), dtype::int64);
+                for (std::size_t i = 0; i < v.size(); ++i)
+                    text[i] = std::to_string(v[i]);
+            }
+            else
+            {
+                const std::vector<double> v = to_vector(t);
+                double amax = 0, amin_nonzero = HUGE_VAL;
+                for (double x : v)
+                    if (std::isfinite(x))
+                    {
+                        amax = std::max(amax, std::fabs(x));
+                        if (x != 0)
+                            amin_nonzero = std::min(amin_nonzero, std::fabs(x));
+                    }
+                f.m_scientific = amax >= 1e5 || (amin_nonzero < 1e-4 && amax > 0);
+                for (std::size_t i = 0; i < v.size(); ++i)
+                    text[i] = f.format(v[i]);
+            }
+            for (const auto& s : text)
+                f.m_width = std::max(f.m_width, s.size());
+            return text;
+        }
+
+        void print_rec(std::ostringstream& os, const std::vector<std::string>& v, const shape_type& shape,
                        const strides_type& strides, std::size_t d, std::int64_t base, const formatter& f,
                        bool summarize, std::size_t indent)
         {
             if (d == shape.size())
             {
-                std::string s = f.format(v[static_cast<std::size_t>(base)]);
+                const std::string& s = v[static_cast<std::size_t>(base)];
                 os << std::string(f.m_width > s.size() ? f.m_width - s.size() : 0, ' ') << s;
                 return;
             }
@@ -67,20 +95,8 @@ namespace xgrad
     {
         if (!defined())
             return "tensor(undefined)";
-        const std::vector<double> v = to_vector(*this);
         formatter f;
-        f.m_integer = dtype() == xgrad::dtype::int64;
-        double amax = 0, amin_nonzero = HUGE_VAL;
-        for (double x : v)
-            if (std::isfinite(x))
-            {
-                amax = std::max(amax, std::fabs(x));
-                if (x != 0)
-                    amin_nonzero = std::min(amin_nonzero, std::fabs(x));
-            }
-        f.m_scientific = !f.m_integer && (amax >= 1e5 || (amin_nonzero < 1e-4 && amax > 0));
-        for (double x : v)
-            f.m_width = std::max(f.m_width, f.format(x).size());
+        const std::vector<std::string> v = format_all(*this, f);
 
         std::ostringstream os;
         os << "tensor(";

@@ -36,7 +36,12 @@ namespace xgrad
     {
         std::int64_t n = 1;
         for (auto e : shape)
-            n *= e;
+        {
+            if (e < 0)
+                throw std::invalid_argument("negative extent in shape " + shape_to_string(shape));
+            if (__builtin_mul_overflow(n, e, &n))
+                throw std::invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
+        }
         return n;
     }
 
@@ -168,11 +173,13 @@ namespace xgrad
     {
         tensor empty(const shape_type& shape, xgrad::dtype dt, xgrad::device dev)
         {
-            for (auto e : shape)
-                if (e < 0)
-                    throw std::invalid_argument("negative extent in shape " + shape_to_string(shape));
+            const std::int64_t n = numel_of(shape);
+            std::int64_t nbytes = 0;
+            if (__builtin_mul_overflow(n, static_cast<std::int64_t>(itemsize(dt)), &nbytes))
+                throw std::invalid_argument("shape " + shape_to_string(shape) + " of " + std::string(name(dt)) +
+                                            " needs more bytes than can be addressed");
             auto impl = std::make_shared<tensor_impl>();
-            impl->m_storage = std::make_shared<storage>(static_cast<std::size_t>(numel_of(shape)) * itemsize(dt), dev);
+            impl->m_storage = std::make_shared<storage>(static_cast<std::size_t>(nbytes), dev);
             impl->m_shape = shape;
             impl->m_strides = contiguous_strides(shape);
             impl->m_dtype = dt;

@@ -95,6 +95,8 @@ namespace xgrad
             : m_name(std::move(name)), m_backward(std::move(backward))
         {
         }
+        /// Frees long chains of nodes without deep recursion.
+        ~function_node() override;
         std::string_view name() const override { return m_name; }
         std::vector<tensor> apply(const std::vector<tensor>& grad_outputs) override;
         void release_saved() override { m_backward = nullptr; }

@@ -57,4 +57,9 @@ namespace xgrad
     std::ostream& operator<<(std::ostream& os, const device& d);
 
     inline constexpr device cpu_device{device_type::cpu, 0};
+
+    /// Whether this build of xgrad was configured with XGRAD_USE_CUDA.
+    bool cuda_is_built() noexcept;
+    /// Number of CUDA devices visible at run time (0 without CUDA support, driver or device).
+    int cuda_device_count() noexcept;
 }

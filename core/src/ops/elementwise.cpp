@@ -136,14 +136,19 @@ namespace xgrad
     tensor pow(const tensor& a, const tensor& b)
     {
         tensor y = binary_forward(a, b, binary_op::pow, "pow");
-        // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a
+        // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a. The limits where the formulas give
+        // 0 * inf are taken explicitly: d/da is 0 where b = 0 (a^0 is constant, even at a = 0),
+        // and d/db is 0 where a = 0 and b >= 0 (0^b is constant there).
         record("pow", {a, b}, {y},
                [a, b, ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
+                   const tensor zero = scalar_like(g[0], 0.0);
                    tensor ga, gb;
                    if (self.needs_input_grad(0))
-                       ga = sum_to(mul(g[0], mul(b, pow(a, sub(b, scalar_like(b, 1.0))))), a.shape());
+                       ga = sum_to(mul(g[0], where(eq(b, zero), zero, mul(b, pow(a, sub(b, scalar_like(b, 1.0)))))),
+                                   a.shape());
                    if (self.needs_input_grad(1))
-                       gb = sum_to(mul(g[0], mul(self.unpack(ys), log(a))), b.shape());
+                       gb = sum_to(mul(g[0], where(mul(eq(a, zero), ge(b, zero)), zero, mul(self.unpack(ys), log(a)))),
+                                   b.shape());
                    return std::vector<tensor>{ga, gb};
                });
         return y;

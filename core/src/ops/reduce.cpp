@@ -112,7 +112,10 @@ namespace xgrad
         tensor y = drop_reduced(y_keep, mask, keepdim);
         record("max", {x}, {y},
                [x, y_keep = y_keep.detach(), axes](function_node&, const std::vector<tensor>& g) {
-                   const tensor hit = eq(x, expand(y_keep, x.shape())); // not differentiable
+                   // Elements equal to the maximum (not differentiable); a NaN maximum is
+                   // matched by the NaN elements, so the gradient goes to them.
+                   const tensor ye = expand(y_keep, x.shape());
+                   const tensor hit = add(eq(x, ye), mul(ne(x, x), ne(ye, ye)));
                    const tensor ties = sum(hit, axes, true);
                    const tensor gk = reshape(g[0], y_keep.shape());
                    return std::vector<tensor>{mul(expand(gk, x.shape()), div(hit, expand(ties, x.shape())))};

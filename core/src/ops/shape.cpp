@@ -118,7 +118,7 @@ namespace xgrad
             const std::int64_t n = shape[static_cast<std::size_t>(d)];
             auto clamp = [n](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, std::int64_t{0}, n); };
             const std::int64_t b = clamp(start), e = clamp(stop);
-            const std::int64_t count = e > b ? (e - b + step - 1) / step : 0;
+            const std::int64_t count = e > b ? (e - b - 1) / step + 1 : 0; // no overflow for any step
             return {d, b, count, step};
         }
 
@@ -130,7 +130,8 @@ namespace xgrad
             const auto d = static_cast<std::size_t>(r.dim);
             shape[d] = r.count;
             const std::int64_t offset = x.offset() + (r.count > 0 ? r.start * strides[d] : 0);
-            strides[d] *= r.step;
+            if (r.count > 1) // a stride along an extent-1 dimension is never used
+                strides[d] *= r.step;
             return detail::alias(x, shape, strides, offset);
         }
     }
@@ -179,6 +180,7 @@ namespace xgrad
         if (shape.size() < static_cast<std::size_t>(x.dim()))
             throw std::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
                                         shape_to_string(shape) + " (fewer dimensions)");
+        numel_of(shape); // rejects negative extents and overflowing sizes, naming the shape
         const std::size_t lead = shape.size() - static_cast<std::size_t>(x.dim());
         strides_type strides(shape.size(), 0);
         for (std::size_t i = 0; i < static_cast<std::size_t>(x.dim()); ++i)
