@@ -29,7 +29,8 @@ namespace xgrad::cpu
     void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape,
               double value);
     /// out[i] = convert<out_dt>(x[i]), any pair of dtypes. Float->int64 truncates toward zero;
-    /// float->float16/bfloat16 rounds to nearest even.
+    /// float->float16/bfloat16 rounds to nearest even. Float->int64 saturates (NaN -> 0,
+    /// beyond the int64 range -> INT64_MIN/INT64_MAX); see backends/cpu/convert.hpp.
     void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x,
               const std::int64_t* x_strides, dtype x_dt, int ndim, const std::int64_t* shape);
     /// out[i] = op(x[i]).
@@ -50,6 +51,7 @@ namespace xgrad::cpu
     /// out[p] = a[p] @ b[p] for p < batch; out is contiguous [batch, m, n]. a_strides and
     /// b_strides are {batch, row, column} strides; for each of a and b, the row or the column
     /// stride is 1 (row- or column-major matrices), which the ops layer guarantees. k may be 0.
+    /// Throws std::invalid_argument when m, n or k exceeds INT_MAX (the BLAS interface limit).
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b,
                 const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n,
                 std::int64_t k);

@@ -1,0 +1,214 @@
+// The reference CPU kernels: the oracle the fast kernels are tested against, and the path
+// every kernel takes in an XGRAD_SIMD=scalar build or at simd_level::scalar.
+//
+// Deliberately plain: one single-threaded walk over every N-d index in row-major order, the
+// std:: math functions, sums accumulated left to right in the dtype itself (float for
+// float32), matmul as the triple loop. Nothing here is clever, so that the result of each
+// element is obvious from the contract.
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/convert.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/matmul_dims.hpp"
+
+namespace xgrad::cpu::reference
+{
+    namespace
+    {
+        /// Calls f(offsets) for every index of `shape` in row-major order, where offsets[k] is
+        /// the element offset of operand k (sum of index * strides[k]). ndim 0: one call.
+        template <std::size_t N, class F>
+        void for_each_index(int ndim, const std::int64_t* shape, const std::array<const std::int64_t*, N>& strides,
+                            F f)
+        {
+            for (int d = 0; d < ndim; ++d)
+                if (shape[d] == 0)
+                    return;
+            std::vector<std::int64_t> index(static_cast<std::size_t>(ndim), 0);
+            std::array<std::int64_t, N> offsets{};
+            for (;;)
+            {
+                f(offsets);
+                int d = ndim - 1;
+                for (; d >= 0; --d)
+                {
+                    ++index[d];
+                    for (std::size_t k = 0; k < N; ++k)
+                        offsets[k] += strides[k][d];
+                    if (index[d] < shape[d])
+                        break;
+                    for (std::size_t k = 0; k < N; ++k)
+                        offsets[k] -= shape[d] * strides[k][d];
+                    index[d] = 0;
+                }
+                if (d < 0)
+                    return;
+            }
+        }
+
+        template <class T>
+        T apply(unary_op op, T x)
+        {
+            switch (op)
+            {
+            case unary_op::neg: return -x;
+            case unary_op::exp: return std::exp(x);
+            case unary_op::log: return std::log(x);
+            case unary_op::sqrt: return std::sqrt(x);
+            case unary_op::rsqrt: return T(1) / std::sqrt(x);
+            case unary_op::abs: return std::abs(x);
+            case unary_op::relu: return x < T(0) ? T(0) : x;
+            case unary_op::sigmoid:
+                return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+            case unary_op::tanh: return std::tanh(x);
+            }
+            return x;
+        }
+
+        template <class T>
+        T apply(binary_op op, T a, T b)
+        {
+            switch (op)
+            {
+            case binary_op::add: return a + b;
+            case binary_op::sub: return a - b;
+            case binary_op::mul: return a * b;
+            case binary_op::div: return a / b;
+            case binary_op::pow: return std::pow(a, b);
+            case binary_op::eq: return a == b ? T(1) : T(0);
+            case binary_op::ne: return a != b ? T(1) : T(0);
+            case binary_op::lt: return a < b ? T(1) : T(0);
+            case binary_op::le: return a <= b ? T(1) : T(0);
+            case binary_op::gt: return a > b ? T(1) : T(0);
+            case binary_op::ge: return a >= b ? T(1) : T(0);
+            }
+            return a;
+        }
+
+        /// Calls f(T{}) for the compute dtypes float32 and float64.
+        template <class F>
+        void visit_compute(dtype dt, F f)
+        {
+            if (dt == dtype::float64)
+                f(double{});
+            else
+                f(float{});
+        }
+    }
+
+    void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape, double value)
+    {
+        detail::visit_dtype(dt, [&](auto tag) {
+            using T = decltype(tag);
+            const T v = detail::convert<T>(value);
+            T* o = static_cast<T*>(out);
+            for_each_index<1>(ndim, shape, {out_strides}, [&](const auto& off) { o[off[0]] = v; });
+        });
+    }
+
+    void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x, const std::int64_t* x_strides,
+              dtype x_dt, int ndim, const std::int64_t* shape)
+    {
+        detail::visit_dtype(out_dt, [&](auto out_tag) {
+            detail::visit_dtype(x_dt, [&](auto x_tag) {
+                using O = decltype(out_tag);
+                using X = decltype(x_tag);
+                O* o = static_cast<O*>(out);
+                const X* in = static_cast<const X*>(x);
+                for_each_index<2>(ndim, shape, {out_strides, x_strides},
+                                  [&](const auto& off) { o[off[0]] = detail::convert<O>(in[off[1]]); });
+            });
+        });
+    }
+
+    void unary(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+               int ndim, const std::int64_t* shape, unary_op op)
+    {
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            T* o = static_cast<T*>(out);
+            const T* in = static_cast<const T*>(x);
+            for_each_index<2>(ndim, shape, {out_strides, x_strides},
+                              [&](const auto& off) { o[off[0]] = apply(op, in[off[1]]); });
+        });
+    }
+
+    void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides,
+                const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape,
+                binary_op op)
+    {
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            T* o = static_cast<T*>(out);
+            const T* pa = static_cast<const T*>(a);
+            const T* pb = static_cast<const T*>(b);
+            for_each_index<3>(ndim, shape, {out_strides, a_strides, b_strides},
+                              [&](const auto& off) { o[off[0]] = apply(op, pa[off[1]], pb[off[2]]); });
+        });
+    }
+
+    void where(void* out, const std::int64_t* out_strides, const void* cond, const std::int64_t* cond_strides,
+               const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides, dtype dt,
+               int ndim, const std::int64_t* shape)
+    {
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            T* o = static_cast<T*>(out);
+            const T* pc = static_cast<const T*>(cond);
+            const T* pa = static_cast<const T*>(a);
+            const T* pb = static_cast<const T*>(b);
+            for_each_index<4>(ndim, shape, {out_strides, cond_strides, a_strides, b_strides}, [&](const auto& off) {
+                o[off[0]] = pc[off[1]] != T(0) ? pa[off[2]] : pb[off[3]];
+            });
+        });
+    }
+
+    void reduce(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+                int ndim, int n_keep, const std::int64_t* shape, reduce_op op)
+    {
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            T* o = static_cast<T*>(out);
+            const T* in = static_cast<const T*>(x);
+            for_each_index<2>(n_keep, shape, {out_strides, x_strides}, [&](const auto& kept) {
+                // sum of nothing is 0; max of nothing (rejected by the ops layer) is -inf.
+                T acc = op == reduce_op::sum ? T(0) : -std::numeric_limits<T>::infinity();
+                bool first = true;
+                for_each_index<1>(ndim - n_keep, shape + n_keep, {x_strides + n_keep}, [&](const auto& red) {
+                    const T v = in[kept[1] + red[0]];
+                    if (op == reduce_op::sum)
+                        acc += v;
+                    else if (first || v > acc || std::isnan(v)) // NaN propagates: it is never replaced
+                        acc = v;
+                    first = false;
+                });
+                o[kept[0]] = acc;
+            });
+        });
+    }
+
+    void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
+                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+    {
+        detail::check_matmul_dims(m, n, k);
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            T* o = static_cast<T*>(out);
+            const T* pa = static_cast<const T*>(a);
+            const T* pb = static_cast<const T*>(b);
+            for (std::int64_t p = 0; p < batch; ++p)
+                for (std::int64_t i = 0; i < m; ++i)
+                    for (std::int64_t j = 0; j < n; ++j)
+                    {
+                        T acc = T(0);
+                        for (std::int64_t q = 0; q < k; ++q)
+                            acc += pa[p * a_strides[0] + i * a_strides[1] + q * a_strides[2]] *
+                                   pb[p * b_strides[0] + q * b_strides[1] + j * b_strides[2]];
+                        o[(p * m + i) * n + j] = acc;
+                    }
+        });
+    }
+}

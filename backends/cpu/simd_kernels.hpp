@@ -1,0 +1,104 @@
+#pragma once
+// Internal to the CPU backend: the SIMD inner loops of the fast kernels, as xsimd functors.
+//
+// Each functor body is written once (simd_kernels_impl.hpp) and compiled once per instruction
+// set, in its own translation unit with that instruction set's compiler flags
+// (kernels_sse2.cpp: the x86-64 baseline; kernels_avx2.cpp: -mavx2 -mfma -mf16c). kernels.cpp
+// sees only these declarations and the `extern template` lines below, so it instantiates no
+// SIMD code itself; it picks the instantiation at run time with xsimd::dispatch<archs>. This is
+// xsimd's documented pattern for run-time dispatch, and it keeps AVX2 instructions out of every
+// code path a pre-AVX2 processor can reach.
+//
+// The functors work on one contiguous run: the output is contiguous, every input is either
+// contiguous (stride 1) or a broadcast scalar (stride 0). kernels.cpp does the N-d walking,
+// the gathering of strided operands and the threading.
+#include <cstdint>
+
+#include <xsimd/xsimd.hpp>
+
+#include "backends/kernels.hpp"
+
+namespace xgrad::cpu::simd
+{
+    /// The compiled instruction sets, best first (the order xsimd::dispatch tries them in).
+    using archs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
+
+    /// out[i] = op(x[i * x_stride]) for i < n; x_stride is 0 or 1.
+    struct unary_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* out, const T* x, std::int64_t x_stride, std::int64_t n,
+                        kernels::unary_op op) const noexcept;
+    };
+
+    /// out[i] = op(a[i * a_stride], b[i * b_stride]); strides 0 or 1; op is not pow (pow is
+    /// std::pow in kernels.cpp: xsimd has no pow that matches std::pow's accuracy and special
+    /// cases).
+    struct binary_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* out, const T* a, std::int64_t a_stride, const T* b, std::int64_t b_stride,
+                        std::int64_t n, kernels::binary_op op) const noexcept;
+    };
+
+    /// out[i] = cond[i * c_stride] != 0 ? a[i * a_stride] : b[i * b_stride]; strides 0 or 1.
+    struct where_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* out, const T* cond, std::int64_t c_stride, const T* a, std::int64_t a_stride,
+                        const T* b, std::int64_t b_stride, std::int64_t n) const noexcept;
+    };
+
+    /// op over x[0..n), n >= 1, in a fixed order that depends only on n and the instruction
+    /// set: four vector accumulators take consecutive batches round-robin (leftover whole
+    /// batches go to the first, the padded tail to the second), then they and their lanes are
+    /// combined pairwise. Sum error: each lane adds at most n / (4 W) + 3 terms (W = lanes per
+    /// batch), then 2 + log2(W) pairwise levels, so
+    /// |error| <= (n / (4 W) + 5 + log2 W) * u * sum |x_i|  (u = unit roundoff).
+    /// max propagates NaN.
+    struct reduce_contiguous_fn
+    {
+        template <class Arch, class T>
+        T operator()(Arch, const T* x, std::int64_t n, kernels::reduce_op op) const noexcept;
+    };
+
+    /// acc[j] = op over r < nrows (in order r = 0, 1, ...) of x[row_offsets[r] + j], for
+    /// j < ncols; nrows >= 1. Rows are whole vectors: this is the "reduce a leading dimension,
+    /// keep a contiguous trailing one" loop, SIMD across columns instead of gathering strided
+    /// columns. acc does not alias x. max propagates NaN.
+    struct reduce_rows_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* acc, const T* x, const std::int64_t* row_offsets, std::int64_t nrows,
+                        std::int64_t ncols, kernels::reduce_op op) const noexcept;
+    };
+
+    /// Bulk float32 <-> float16 (IEEE binary16 bit patterns) with F16C, round to nearest even;
+    /// compiled in kernels_avx2.cpp only: call them only when the processor has AVX2 and F16C.
+    void f32_to_f16_f16c(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
+    void f16_to_f32_f16c(float* out, const std::uint16_t* x, std::int64_t n) noexcept;
+}
+
+// One line per functor, element type and instruction set; `EXTERN` is `extern` for the
+// declarations below and empty for the definitions in kernels_<arch>.cpp.
+#define XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                       \
+    EXTERN template void xgrad::cpu::simd::unary_fn::operator()<ARCH, T>(                                      \
+        ARCH, T*, const T*, std::int64_t, std::int64_t, xgrad::kernels::unary_op) const noexcept;              \
+    EXTERN template void xgrad::cpu::simd::binary_fn::operator()<ARCH, T>(                                     \
+        ARCH, T*, const T*, std::int64_t, const T*, std::int64_t, std::int64_t, xgrad::kernels::binary_op)    \
+        const noexcept;                                                                                        \
+    EXTERN template void xgrad::cpu::simd::where_fn::operator()<ARCH, T>(                                      \
+        ARCH, T*, const T*, std::int64_t, const T*, std::int64_t, const T*, std::int64_t, std::int64_t)        \
+        const noexcept;                                                                                        \
+    EXTERN template T xgrad::cpu::simd::reduce_contiguous_fn::operator()<ARCH, T>(                             \
+        ARCH, const T*, std::int64_t, xgrad::kernels::reduce_op) const noexcept;                               \
+    EXTERN template void xgrad::cpu::simd::reduce_rows_fn::operator()<ARCH, T>(                                \
+        ARCH, T*, const T*, const std::int64_t*, std::int64_t, std::int64_t, xgrad::kernels::reduce_op)        \
+        const noexcept;
+
+#define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                               \
+    XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                       \
+    XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)
+
+XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::sse2)
+XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
