@@ -240,7 +240,15 @@ namespace xgrad
                 dst = dst.defined() ? add(dst, g) : g;
             }
 
-            void run(const std::vector<edge>& roots, const std::vector<tensor>& root_grads)
+            /// Runs the backward pass; with create_graph the backward ops are recorded (grad
+            /// mode on), otherwise they run under no_grad.
+            void run(const std::vector<edge>& roots, const std::vector<tensor>& root_grads, bool create_graph)
+            {
+                grad_mode_guard mode(create_graph);
+                run_nodes(roots, root_grads);
+            }
+
+            void run_nodes(const std::vector<edge>& roots, const std::vector<tensor>& root_grads)
             {
                 mark(roots);
                 for (node* n : m_needed)
@@ -394,15 +402,7 @@ namespace xgrad
             input_edges.push_back(gradient_edge(inputs[i]));
             task.m_captures[input_edges.back().fn.get()].push_back({input_edges.back().input_nr, i});
         }
-        {
-            std::optional<no_grad> off;
-            std::optional<enable_grad> on;
-            if (create_graph)
-                on.emplace();
-            else
-                off.emplace();
-            task.run(roots, root_grads);
-        }
+        task.run(roots, root_grads, create_graph);
         for (std::size_t i = 0; i < inputs.size(); ++i)
             if (!task.m_captured[i].defined() && !allow_unused)
                 throw std::runtime_error("grad: input " + std::to_string(i) +
@@ -420,12 +420,6 @@ namespace xgrad
         graph_task task;
         task.m_accumulate = true;
         task.m_retain = retain_graph.value_or(create_graph);
-        std::optional<no_grad> off;
-        std::optional<enable_grad> on;
-        if (create_graph)
-            on.emplace();
-        else
-            off.emplace();
-        task.run(roots, root_grads);
+        task.run(roots, root_grads, create_graph);
     }
 }

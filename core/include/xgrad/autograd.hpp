@@ -110,30 +110,32 @@ namespace xgrad
     bool is_grad_enabled() noexcept;
     void set_grad_enabled(bool enabled) noexcept;
 
-    /// RAII: disables graph recording in this thread for its lifetime.
-    class no_grad
+    /// RAII: sets grad mode (graph recording) in this thread for its lifetime, then restores
+    /// the previous mode.
+    class grad_mode_guard
     {
     public:
-        no_grad() noexcept : m_prev(is_grad_enabled()) { set_grad_enabled(false); }
-        ~no_grad() { set_grad_enabled(m_prev); }
-        no_grad(const no_grad&) = delete;
-        no_grad& operator=(const no_grad&) = delete;
+        explicit grad_mode_guard(bool enabled) noexcept : m_prev(is_grad_enabled()) { set_grad_enabled(enabled); }
+        ~grad_mode_guard() { set_grad_enabled(m_prev); }
+        grad_mode_guard(const grad_mode_guard&) = delete;
+        grad_mode_guard& operator=(const grad_mode_guard&) = delete;
 
     private:
         bool m_prev;
     };
 
-    /// RAII: enables graph recording in this thread for its lifetime.
-    class enable_grad
+    /// RAII: disables graph recording in this thread for its lifetime.
+    class no_grad : public grad_mode_guard
     {
     public:
-        enable_grad() noexcept : m_prev(is_grad_enabled()) { set_grad_enabled(true); }
-        ~enable_grad() { set_grad_enabled(m_prev); }
-        enable_grad(const enable_grad&) = delete;
-        enable_grad& operator=(const enable_grad&) = delete;
+        no_grad() noexcept : grad_mode_guard(false) {}
+    };
 
-    private:
-        bool m_prev;
+    /// RAII: enables graph recording in this thread for its lifetime.
+    class enable_grad : public grad_mode_guard
+    {
+    public:
+        enable_grad() noexcept : grad_mode_guard(true) {}
     };
 
     // --- recording (used by ops) -------------------------------------------------------------
