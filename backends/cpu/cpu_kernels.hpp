@@ -5,7 +5,7 @@
 // Each math kernel has a fast implementation (xsimd, dispatched at run time to the best
 // instruction set the processor has, multithreaded over the thread pool) in `xgrad::cpu`, and a
 // plain single-threaded scalar loop with the identical signature in `xgrad::cpu::reference`.
-// tests/test_cpu_kernels.cpp checks the fast one against the reference.
+// The tests of tests/test_cpu_kernels_*.cpp check the fast one against the reference.
 #include <cstddef>
 #include <cstdint>
 

@@ -1,7 +1,7 @@
 // The SIMD inner loops (simd_kernels_impl.hpp) compiled for AVX2 + FMA, plus F16C bulk
 // float16 <-> float32 conversion. Only this file is built with -mavx2 -mfma -mf16c (see
-// CMakeLists.txt); kernels.cpp calls into it only after checking the processor at run time,
-// so the library still runs on any x86-64 processor.
+// CMakeLists.txt); the fast kernels call into it only after checking the processor at run
+// time (simd_level.cpp), so the library still runs on any x86-64 processor.
 //
 // Keep this file free of inline functions shared with other translation units (standard
 // library helpers included): the linker may keep this file's AVX2-encoded copy of such a

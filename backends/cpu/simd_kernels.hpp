@@ -3,15 +3,16 @@
 //
 // Each functor body is written once (simd_kernels_impl.hpp) and compiled once per instruction
 // set, in its own translation unit with that instruction set's compiler flags
-// (kernels_sse2.cpp: the x86-64 baseline; kernels_avx2.cpp: -mavx2 -mfma -mf16c). kernels.cpp
-// sees only these declarations and the `extern template` lines below, so it instantiates no
-// SIMD code itself; it picks the instantiation at run time with xsimd::dispatch<archs>. This is
+// (kernels_sse2.cpp: the x86-64 baseline; kernels_avx2.cpp: -mavx2 -mfma -mf16c). The fast
+// kernels (elementwise.cpp, reduce.cpp, copy_fill.cpp) see only these declarations and the
+// `extern template` lines below, so they instantiate no SIMD code themselves; they pick the
+// instantiation at run time with xsimd::dispatch<archs> (simd_call, dispatch.hpp). This is
 // xsimd's documented pattern for run-time dispatch, and it keeps AVX2 instructions out of every
 // code path a pre-AVX2 processor can reach.
 //
 // The functors work on one contiguous run: the output is contiguous, every input is either
-// contiguous (stride 1) or a broadcast scalar (stride 0). kernels.cpp does the N-d walking,
-// the gathering of strided operands and the threading.
+// contiguous (stride 1) or a broadcast scalar (stride 0). The fast kernels do the N-d walking
+// (layout.hpp), the gathering of strided operands and the threading.
 #include <cstdint>
 
 #include <xsimd/xsimd.hpp>
@@ -32,7 +33,7 @@ namespace xgrad::cpu::simd
     };
 
     /// out[i] = op(a[i * a_stride], b[i * b_stride]); strides 0 or 1; op is not pow (pow is
-    /// std::pow in kernels.cpp: xsimd has no pow that matches std::pow's accuracy and special
+    /// std::pow in elementwise.cpp: xsimd has no pow that matches std::pow's accuracy and special
     /// cases).
     struct binary_fn
     {

@@ -21,7 +21,8 @@
 //   sigmoid   3 / 3        2 / 2
 //   sqrt, rsqrt: exact (sqrt is IEEE-exact; rsqrt is 1 / sqrt(x), not the approximate rsqrt
 //   instruction, so it equals the scalar 1 / std::sqrt(x) bit for bit).
-// NaN results agree everywhere. tests/test_cpu_kernels.cpp allows 4 ulp against the reference.
+// NaN results agree everywhere. tests/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
+// reference.
 #include "backends/cpu/simd_kernels.hpp"
 
 namespace xgrad::cpu::simd
