@@ -2,10 +2,12 @@
 # The script behind README's Quick start:
 #
 #   tools/bootstrap.sh example         install missing Debian packages, build, run examples/two_moons
-#   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, build, run ctest
+#   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, build, run ctest, then
+#                                      build again with ASan+UBSan and run the tests there too
 #                                      (ARGS go to ctest, e.g. `-L gradcheck`)
 #
-# Environment: BUILD_DIR (default: build, relative to the repository root).
+# Environment: BUILD_DIR (default: build, relative to the repository root);
+# SANITIZE_BUILD_DIR (default: $BUILD_DIR-sanitize); XGRAD_SKIP_SANITIZERS=1 skips that stage.
 # Works from any directory; everything happens in the repository root.
 set -euo pipefail
 
@@ -51,7 +53,7 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "zlib, OpenBLAS and pkg-config."
 else
   packages=(cmake g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
-            pkg-config)
+            nlohmann-json3-dev pkg-config)
   # A build tool: ninja-build if it is there, otherwise make.
   if is_installed ninja-build; then
     packages+=(ninja-build)
@@ -108,4 +110,23 @@ if [[ $mode == example ]]; then
 else
   step "Testing: ctest --test-dir $build_dir --output-on-failure -j$jobs $*"
   ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" "$@"
+
+  # The same tests again in a build with AddressSanitizer and UndefinedBehaviorSanitizer
+  # (skipped with XGRAD_SKIP_SANITIZERS=1). The install test is left out there: it builds an
+  # outside project that is not instrumented.
+  if [[ ${XGRAD_SKIP_SANITIZERS:-0} != 1 ]]; then
+    san_dir=${SANITIZE_BUILD_DIR:-$build_dir-sanitize}
+    san_args=(-S . -B "$san_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXGRAD_SANITIZE=ON -DXGRAD_USE_CUDA=OFF
+              -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_TESTS=ON)
+    if [[ ! -f "$san_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
+      san_args+=(-G Ninja)
+    fi
+    step "Configuring the sanitizer build: cmake ${san_args[*]}"
+    cmake "${san_args[@]}"
+    step "Building: cmake --build $san_dir -j$jobs"
+    cmake --build "$san_dir" -j"$jobs"
+    step "Testing under ASan+UBSan: ctest --test-dir $san_dir -LE install --output-on-failure -j$jobs $*"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir "$san_dir" -LE install --output-on-failure -j"$jobs" "$@"
+  fi
 fi
