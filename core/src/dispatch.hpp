@@ -2,6 +2,7 @@
 // The one dispatch point: the table of kernels for a device. Ops call
 // `backend_for(t.device()).unary(...)` and never branch on the backend themselves; a backend
 // is a set of free functions with the signatures of backends/cpu/cpu_kernels.hpp.
+#include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 
 namespace xgrad::detail
@@ -20,6 +21,14 @@ namespace xgrad::detail
         decltype(&cpu::reduce) reduce;
         decltype(&cpu::matmul) matmul;
         decltype(&cpu::one_hot) one_hot;
+        // the fused batch-norm family (backends/cpu/batch_norm_kernels.hpp)
+        decltype(&cpu::bn_moments) bn_moments;
+        decltype(&cpu::bn_normalize) bn_normalize;
+        decltype(&cpu::bn_grad_reduce) bn_grad_reduce;
+        decltype(&cpu::bn_grad_apply) bn_grad_apply;
+        decltype(&cpu::bn_grad_inference) bn_grad_inference;
+        decltype(&cpu::bn_grad_grad_reduce) bn_grad_grad_reduce;
+        decltype(&cpu::bn_grad_grad_apply) bn_grad_grad_apply;
     };
 
     /// The kernels for `dev`. Throws std::runtime_error naming the device when this build has

@@ -1,0 +1,110 @@
+#pragma once
+// The fused batch-norm op family, with TensorFlow's FusedBatchNormV3 / FusedBatchNormGradV3 /
+// FusedBatchNormGradV2 semantics (core/src/ops/batch_norm*.cpp). The contract is
+// shared/spec/fused_batch_norm.md; docs/batch_norm.md is the reference (formulas, dtypes,
+// layouts, errors, derivations).
+//
+// Shapes: x is rank 4 (data_format "NHWC" or "NCHW") or rank 5 ("NDHWC", "NCDHW"); C is its
+// channel extent and every per-channel tensor is 1-D of length C. dtypes: x-like tensors
+// float16, bfloat16, float32 or float64; per-channel tensors float32 (float64 when x is
+// float64). Bad input throws xgrad::invalid_argument (a std::invalid_argument) naming the
+// shapes, dtypes or attribute, before any output is written.
+//
+// Autograd: y of the forward is differentiable w.r.t. x, scale and offset (the other outputs
+// are not); the gradient op's outputs are differentiable w.r.t. y_backprop, x and scale (a
+// fused second-order op), and that op is differentiable again, to any order. The reserve
+// spaces, mean, variance and epsilon get no gradient.
+#include <string>
+#include <string_view>
+
+#include "xgrad/errors.hpp"
+#include "xgrad/tensor.hpp"
+
+namespace xgrad
+{
+    struct batch_norm_attrs
+    {
+        float epsilon = 0.0001f;
+        std::string data_format = "NHWC";
+        bool is_training = true;
+        /// Forward only: running statistics = (1 - f) old + f batch (f = 1: batch only).
+        float exponential_avg_factor = 1.0f;
+    };
+
+    struct batch_norm_forward_result
+    {
+        tensor y, batch_mean, batch_variance, reserve_space_1, reserve_space_2, reserve_space_3;
+    };
+
+    /// FusedBatchNormV3. mean/variance may be empty when is_training and
+    /// exponential_avg_factor == 1 (they are not read then).
+    batch_norm_forward_result fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
+                                               const tensor& mean, const tensor& variance,
+                                               const batch_norm_attrs& attrs = {});
+
+    struct batch_norm_grad_result
+    {
+        tensor x_backprop, scale_backprop, offset_backprop;
+        /// The two empty placeholder outputs (shape [0], the statistics dtype): V3's
+        /// reserve_space_4/5, V2's reserve_space_3/4.
+        tensor placeholder_1, placeholder_2;
+    };
+
+    enum class batch_norm_grad_version
+    {
+        v2, // FusedBatchNormGradV2: data_format NHWC or NCHW, no reserve_space_3 input
+        v3  // FusedBatchNormGradV3: all four formats; reserve_space_3 accepted and ignored
+    };
+
+    /// FusedBatchNormGradV3 (or V2). reserve_space_1/2: batch mean and biased variance
+    /// (training) or the population mean and variance (inference). reserve_space_3 may be
+    /// undefined for V2.
+    batch_norm_grad_result fused_batch_norm_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                 const tensor& reserve_space_3, const batch_norm_attrs& attrs = {},
+                                                 batch_norm_grad_version version = batch_norm_grad_version::v3);
+
+    // --- the training-mode gradient as its two phases (not recorded by autograd) -------------
+    /// Phase 1, a per-channel reduction: sum_dy = Σdy, sum_dy_xc = Σdy·(x − μ). A data-parallel
+    /// batch norm all-reduces these 2·C values between the phases.
+    struct batch_norm_grad_sums
+    {
+        tensor sum_dy, sum_dy_xc;
+    };
+    batch_norm_grad_sums batch_norm_grad_reduce(const tensor& y_backprop, const tensor& x,
+                                                const tensor& reserve_space_1, const batch_norm_attrs& attrs = {});
+    /// Phase 2, elementwise given the (possibly all-reduced) sums and the total element count
+    /// per channel R (over every replica). Returns x_backprop, scale_backprop = r·sum_dy_xc and
+    /// offset_backprop = sum_dy.
+    batch_norm_grad_result batch_norm_grad_apply(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                 const batch_norm_grad_sums& sums, std::int64_t count,
+                                                 const batch_norm_attrs& attrs = {});
+
+    // --- second order ------------------------------------------------------------------------
+    struct batch_norm_grad_grad_result
+    {
+        tensor d_y_backprop, d_x, d_scale;
+    };
+    /// The gradient of fused_batch_norm_grad: given cotangents A (of x_backprop), a (of
+    /// scale_backprop) and b (of offset_backprop), the vector-Jacobian products w.r.t.
+    /// y_backprop, x and scale (training: batch statistics as functions of x). Two passes over
+    /// memory. Differentiable itself (its gradient is that of the composite formula).
+    batch_norm_grad_grad_result fused_batch_norm_grad_grad(const tensor& A, const tensor& a, const tensor& b,
+                                                           const tensor& y_backprop, const tensor& x,
+                                                           const tensor& scale, const tensor& reserve_space_1,
+                                                           const tensor& reserve_space_2,
+                                                           const batch_norm_attrs& attrs = {});
+
+    // --- composite formulas (the oracles, written with primitive ops) -------------------------
+    /// Section 4 of the contract with xgrad's ops: x_backprop, scale_backprop, offset_backprop.
+    batch_norm_grad_result batch_norm_grad_composite(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                                     const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                     const batch_norm_attrs& attrs = {});
+    /// Section 5 of the contract with xgrad's ops (training: mean and variance recomputed from x).
+    batch_norm_grad_grad_result batch_norm_grad_grad_composite(const tensor& A, const tensor& a, const tensor& b,
+                                                               const tensor& y_backprop, const tensor& x,
+                                                               const tensor& scale, const tensor& reserve_space_1,
+                                                               const tensor& reserve_space_2,
+                                                               const batch_norm_attrs& attrs = {});
+}

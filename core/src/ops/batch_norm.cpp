@@ -1,0 +1,358 @@
+// The fused batch-norm ops: forward (FusedBatchNormV3), gradient (FusedBatchNormGradV3/V2) and
+// the gradient of the gradient, each a fused kernel call with its own autograd node:
+//
+//   fused_batch_norm  --backward-->  fused_batch_norm_grad  --backward-->
+//   fused_batch_norm_grad_grad  --backward-->  the composite formula (batch_norm_composite.cpp),
+//   differentiated by the engine to any further order.
+//
+// Formulas and their derivation: docs/batch_norm.md. Argument checks: batch_norm_check.cpp.
+// Per-channel arithmetic on [C] vectors uses xgrad's ops (unrecorded); everything of x's size
+// goes through the backend's batch-norm kernels.
+#include <cmath>
+#include <limits>
+
+#include "../detail.hpp"
+#include "batch_norm_internal.hpp"
+#include "xgrad/autograd.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/shape.hpp"
+
+namespace xgrad
+{
+    namespace
+    {
+        using detail::bn_layout;
+
+        /// The empty [0] placeholder outputs.
+        tensor placeholder(dtype sdt, device dev) { return zeros({0}, sdt, dev); }
+
+        /// A copy in new storage (outputs never alias inputs or each other).
+        tensor copy_of(const tensor& t)
+        {
+            tensor c = detail::empty(t.shape(), t.dtype(), t.device());
+            detail::copy_into(c, t);
+            return c;
+        }
+
+        /// r = 1/sqrt(var + eps) on a [C] vector (statistics dtype).
+        tensor inv_std(const tensor& var, float eps) { return rsqrt(var + static_cast<double>(eps)); }
+
+        const detail::backend_kernels& bn_kernels(const tensor& x) { return detail::backend_for(x.device()); }
+
+        /// A recorded identity: a new node whose gradient flows unchanged into x. Lets a backward
+        /// rebuild a function of its inputs and differentiate it w.r.t. exactly those uses.
+        tensor identity(const tensor& x)
+        {
+            tensor y = detail::alias(x, x.shape(), x.strides(), x.offset());
+            record("identity", {x}, {y}, [](function_node&, const std::vector<tensor>& g) {
+                return std::vector<tensor>{g[0]};
+            });
+            return y;
+        }
+    }
+
+    batch_norm_forward_result fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
+                                               const tensor& mean, const tensor& variance,
+                                               const batch_norm_attrs& attrs)
+    {
+        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs);
+        const dtype sdt = detail::bn_stats_dtype(x.dtype());
+        const tensor xc = detail::raw_contiguous(x);
+        const tensor sc = detail::raw_contiguous(scale), oc = detail::raw_contiguous(offset);
+        const std::int64_t R = L.count();
+        batch_norm_forward_result out;
+        tensor y = detail::empty(x.shape(), x.dtype(), x.device());
+        {
+            no_grad guard; // per-channel bookkeeping below is not part of the graph
+            if (attrs.is_training)
+            {
+                tensor m = detail::empty({L.C}, sdt, x.device()), v = detail::empty({L.C}, sdt, x.device());
+                if (R > 0)
+                    bn_kernels(x).bn_moments(m.data_ptr(), v.data_ptr(), xc.data_ptr(), x.dtype(), L.outer, L.C, L.inner);
+                else
+                {
+                    m = zeros({L.C}, sdt, x.device());
+                    v = zeros({L.C}, sdt, x.device());
+                }
+                if (R > 0)
+                    bn_kernels(x).bn_normalize(y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), m.data_ptr(),
+                                            v.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
+                // Running statistics with Bessel's correction k = R / max(R - 1, 1).
+                const double k = static_cast<double>(R) / static_cast<double>(std::max<std::int64_t>(R - 1, 1));
+                const double f = attrs.exponential_avg_factor;
+                if (R == 0)
+                {
+                    const double nan = std::numeric_limits<double>::quiet_NaN();
+                    out.batch_mean = full({L.C}, nan, sdt, x.device());
+                    out.batch_variance = full({L.C}, nan, sdt, x.device());
+                }
+                else if (f == 1.0)
+                {
+                    out.batch_mean = copy_of(m);
+                    out.batch_variance = v * k;
+                }
+                else
+                {
+                    out.batch_mean = mean * (1.0 - f) + m * f;
+                    out.batch_variance = variance * (1.0 - f) + v * (f * k);
+                }
+                out.reserve_space_1 = m;
+                out.reserve_space_2 = v;
+            }
+            else
+            {
+                const tensor mc = detail::raw_contiguous(mean), vc = detail::raw_contiguous(variance);
+                if (R > 0)
+                    bn_kernels(x).bn_normalize(y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), mc.data_ptr(),
+                                            vc.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
+                if (R == 0)
+                {
+                    const double nan = std::numeric_limits<double>::quiet_NaN();
+                    out.batch_mean = full({L.C}, nan, sdt, x.device());
+                    out.batch_variance = full({L.C}, nan, sdt, x.device());
+                    out.reserve_space_1 = zeros({L.C}, sdt, x.device());
+                    out.reserve_space_2 = zeros({L.C}, sdt, x.device());
+                }
+                else
+                {
+                    out.batch_mean = copy_of(mc);
+                    out.batch_variance = copy_of(vc);
+                    out.reserve_space_1 = copy_of(mc);
+                    out.reserve_space_2 = copy_of(vc);
+                }
+            }
+            out.reserve_space_3 = placeholder(sdt, x.device());
+        }
+        out.y = y;
+        record("fused_batch_norm", {x, scale, offset}, {y},
+               [x, scale, rs1 = out.reserve_space_1, rs2 = out.reserve_space_2, attrs](function_node&,
+                                                                                        const std::vector<tensor>& g) {
+                   const batch_norm_grad_result r = fused_batch_norm_grad(g[0], x, scale, rs1, rs2, {}, attrs);
+                   return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
+               });
+        return out;
+    }
+
+    namespace
+    {
+        // The two phases of the training-mode gradient on validated arguments; the public
+        // functions below and fused_batch_norm_grad validate once and call these.
+        batch_norm_grad_sums grad_reduce(const bn_layout& L, const tensor& y_backprop, const tensor& x,
+                                         const tensor& reserve_space_1)
+        {
+            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            batch_norm_grad_sums s{zeros({L.C}, sdt, x.device()), zeros({L.C}, sdt, x.device())};
+            if (L.count() > 0)
+            {
+                const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
+                             mc = detail::raw_contiguous(reserve_space_1);
+                bn_kernels(x).bn_grad_reduce(s.sum_dy.data_ptr(), s.sum_dy_xc.data_ptr(), dyc.data_ptr(),
+                                             xc.data_ptr(), mc.data_ptr(), x.dtype(), L.outer, L.C, L.inner);
+            }
+            return s;
+        }
+
+        batch_norm_grad_result grad_apply(const bn_layout& L, const tensor& y_backprop, const tensor& x,
+                                          const tensor& scale, const tensor& reserve_space_1,
+                                          const tensor& reserve_space_2, const batch_norm_grad_sums& sums,
+                                          std::int64_t count, float epsilon)
+        {
+            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            no_grad guard;
+            batch_norm_grad_result r;
+            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+            if (L.count() > 0)
+            {
+                const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
+                             sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
+                             vc = detail::raw_contiguous(reserve_space_2), s1 = detail::raw_contiguous(sums.sum_dy),
+                             s2 = detail::raw_contiguous(sums.sum_dy_xc);
+                // The kernel divides the sums by its own R; scaling them by R / count makes it
+                // divide by the global count instead.
+                const double ratio = static_cast<double>(L.count()) / static_cast<double>(count);
+                const tensor s1r = ratio == 1.0 ? s1 : s1 * ratio, s2r = ratio == 1.0 ? s2 : s2 * ratio;
+                bn_kernels(x).bn_grad_apply(r.x_backprop.data_ptr(), dyc.data_ptr(), xc.data_ptr(), sc.data_ptr(),
+                                            mc.data_ptr(), vc.data_ptr(), s1r.data_ptr(), s2r.data_ptr(), epsilon,
+                                            x.dtype(), L.outer, L.C, L.inner);
+            }
+            r.scale_backprop = sums.sum_dy_xc * inv_std(reserve_space_2, epsilon);
+            r.offset_backprop = copy_of(sums.sum_dy);
+            r.placeholder_1 = placeholder(sdt, x.device());
+            r.placeholder_2 = placeholder(sdt, x.device());
+            return r;
+        }
+    }
+
+    batch_norm_grad_sums batch_norm_grad_reduce(const tensor& y_backprop, const tensor& x,
+                                                const tensor& reserve_space_1, const batch_norm_attrs& attrs)
+    {
+        const bn_layout L = detail::check_bn_grad_args(y_backprop, x, {{"reserve_space_1", reserve_space_1}}, attrs,
+                                                       batch_norm_grad_version::v3, "batch_norm_grad_reduce");
+        return grad_reduce(L, y_backprop, x, reserve_space_1);
+    }
+
+    batch_norm_grad_result batch_norm_grad_apply(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                 const batch_norm_grad_sums& sums, std::int64_t count,
+                                                 const batch_norm_attrs& attrs)
+    {
+        const char* op = "batch_norm_grad_apply";
+        const bn_layout L = detail::check_bn_grad_args(
+            y_backprop, x,
+            {{"scale", scale},
+             {"reserve_space_1", reserve_space_1},
+             {"reserve_space_2", reserve_space_2},
+             {"sum_dy", sums.sum_dy},
+             {"sum_dy_xc", sums.sum_dy_xc}},
+            attrs, batch_norm_grad_version::v3, op);
+        if (count < L.count())
+            throw xgrad::invalid_argument(std::string(op) + ": count " + std::to_string(count) +
+                                          " is smaller than the elements per channel of x (" +
+                                          std::to_string(L.count()) + ")");
+        return grad_apply(L, y_backprop, x, scale, reserve_space_1, reserve_space_2, sums, count, attrs.epsilon);
+    }
+
+    batch_norm_grad_result fused_batch_norm_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                 const tensor& reserve_space_3, const batch_norm_attrs& attrs,
+                                                 batch_norm_grad_version version)
+    {
+        (void)reserve_space_3; // accepted with any shape and ignored (contract section 4)
+        const char* op = version == batch_norm_grad_version::v2 ? "FusedBatchNormGradV2" : "FusedBatchNormGradV3";
+        const bn_layout L =
+            detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs, version, op);
+        const dtype sdt = detail::bn_stats_dtype(x.dtype());
+        batch_norm_grad_result r;
+        if (L.count() == 0)
+        {
+            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+            r.scale_backprop = zeros({L.C}, sdt, x.device());
+            r.offset_backprop = zeros({L.C}, sdt, x.device());
+            r.placeholder_1 = placeholder(sdt, x.device());
+            r.placeholder_2 = placeholder(sdt, x.device());
+        }
+        else if (attrs.is_training)
+        {
+            // The two phases: per-channel sums, then the elementwise pass.
+            const batch_norm_grad_sums sums = grad_reduce(L, y_backprop, x, reserve_space_1);
+            r = grad_apply(L, y_backprop, x, scale, reserve_space_1, reserve_space_2, sums, L.count(), attrs.epsilon);
+        }
+        else
+        {
+            no_grad guard;
+            const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
+                         sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
+                         vc = detail::raw_contiguous(reserve_space_2);
+            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+            const tensor sum_dy = detail::empty({L.C}, sdt, x.device()), sum_dy_xc = detail::empty({L.C}, sdt, x.device());
+            bn_kernels(x).bn_grad_inference(r.x_backprop.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(),
+                                         dyc.data_ptr(), xc.data_ptr(), sc.data_ptr(), mc.data_ptr(), vc.data_ptr(),
+                                         attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
+            r.scale_backprop = sum_dy_xc * inv_std(vc, attrs.epsilon);
+            r.offset_backprop = sum_dy;
+            r.placeholder_1 = placeholder(sdt, x.device());
+            r.placeholder_2 = placeholder(sdt, x.device());
+        }
+        record("fused_batch_norm_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
+               [y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node&,
+                                                                               const std::vector<tensor>& g) {
+                   const batch_norm_grad_grad_result gg = fused_batch_norm_grad_grad(
+                       g[0], g[1], g[2], y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs);
+                   return std::vector<tensor>{gg.d_y_backprop, gg.d_x, gg.d_scale};
+               });
+        return r;
+    }
+
+    batch_norm_grad_grad_result fused_batch_norm_grad_grad(const tensor& A, const tensor& a, const tensor& b,
+                                                           const tensor& y_backprop, const tensor& x,
+                                                           const tensor& scale, const tensor& reserve_space_1,
+                                                           const tensor& reserve_space_2,
+                                                           const batch_norm_attrs& attrs)
+    {
+        const char* op = "fused_batch_norm_grad_grad";
+        const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                  batch_norm_grad_version::v3, op);
+        detail::check_bn_same(L, x, {{"A", A}}, {{"a", a}, {"b", b}}, op);
+        const dtype sdt = detail::bn_stats_dtype(x.dtype());
+        batch_norm_grad_grad_result r;
+        r.d_y_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+        r.d_x = detail::empty(x.shape(), x.dtype(), x.device());
+        {
+            no_grad guard;
+            if (L.count() == 0)
+                r.d_scale = zeros({L.C}, sdt, x.device());
+            else
+            {
+                const tensor Ac = detail::raw_contiguous(A), gc = detail::raw_contiguous(y_backprop),
+                             xc = detail::raw_contiguous(x), sc = detail::raw_contiguous(scale),
+                             mc = detail::raw_contiguous(reserve_space_1), vc = detail::raw_contiguous(reserve_space_2),
+                             ac = detail::raw_contiguous(a), bc = detail::raw_contiguous(b);
+                const tensor sums = detail::empty({5, L.C}, sdt, x.device());
+                bn_kernels(x).bn_grad_grad_reduce(sums.data_ptr(), Ac.data_ptr(), gc.data_ptr(), xc.data_ptr(),
+                                               mc.data_ptr(), vc.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C,
+                                               L.inner);
+                bn_kernels(x).bn_grad_grad_apply(r.d_y_backprop.data_ptr(), r.d_x.data_ptr(), Ac.data_ptr(),
+                                              gc.data_ptr(), xc.data_ptr(), sc.data_ptr(), mc.data_ptr(),
+                                              vc.data_ptr(), ac.data_ptr(), bc.data_ptr(), sums.data_ptr(),
+                                              attrs.epsilon, attrs.is_training, x.dtype(), L.outer, L.C, L.inner);
+                // d/dscale from the sums: r Σ A (g - mean g - xh mean(g xh)) in training,
+                // r Σ A g in inference.
+                const tensor rr = inv_std(vc, attrs.epsilon);
+                const tensor sum_g = sums.slice(0, 0, 1).reshape({L.C}), sum_gxh = sums.slice(0, 1, 2).reshape({L.C}),
+                             sum_A = sums.slice(0, 2, 3).reshape({L.C}), sum_Axh = sums.slice(0, 3, 4).reshape({L.C}),
+                             sum_Ag = sums.slice(0, 4, 5).reshape({L.C});
+                const double R = static_cast<double>(L.count());
+                r.d_scale = attrs.is_training
+                                ? rr * (sum_Ag - sum_g * sum_A / R - sum_gxh * sum_Axh / R)
+                                : rr * sum_Ag;
+            }
+            if (L.count() == 0)
+            {
+                r.d_y_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+                r.d_x = detail::empty(x.shape(), x.dtype(), x.device());
+            }
+        }
+        record("fused_batch_norm_grad_grad", {A, a, b, y_backprop, x, scale}, {r.d_y_backprop, r.d_x, r.d_scale},
+               [A, a, b, y_backprop, x, scale, reserve_space_1, reserve_space_2,
+                attrs](function_node& self, const std::vector<tensor>& g) {
+                   // Third order and beyond: differentiate the composite formula of the same
+                   // function, built on identity aliases of the inputs so that the gradients
+                   // are taken w.r.t. exactly these uses of them.
+                   const bool create = is_grad_enabled();
+                   enable_grad on;
+                   const std::vector<tensor> ins = {A, a, b, y_backprop, x, scale};
+                   std::vector<tensor> use(ins.size()), wrt;
+                   std::vector<std::size_t> wanted;
+                   for (std::size_t i = 0; i < ins.size(); ++i)
+                   {
+                       if (self.needs_input_grad(i))
+                       {
+                           use[i] = identity(ins[i]);
+                           wrt.push_back(use[i]);
+                           wanted.push_back(i);
+                       }
+                       else
+                           use[i] = ins[i].detach();
+                   }
+                   const batch_norm_grad_grad_result c = batch_norm_grad_grad_composite(
+                       use[0], use[1], use[2], use[3], use[4], use[5], reserve_space_1, reserve_space_2, attrs);
+                   std::vector<tensor> roots, cotangents;
+                   const tensor outs[3] = {c.d_y_backprop, c.d_x, c.d_scale};
+                   for (int k = 0; k < 3; ++k)
+                       if (outs[k].requires_grad())
+                       {
+                           roots.push_back(outs[k]);
+                           cotangents.push_back(g[static_cast<std::size_t>(k)]);
+                       }
+                   std::vector<tensor> result(ins.size());
+                   if (roots.empty())
+                       return result;
+                   const std::vector<tensor> gr = grad(roots, wrt, cotangents, create, create, true);
+                   for (std::size_t j = 0; j < wanted.size(); ++j)
+                       result[wanted[j]] = gr[j];
+                   return result;
+               });
+        return r;
+    }
+}

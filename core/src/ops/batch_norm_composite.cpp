@@ -1,0 +1,91 @@
+// The batch-norm gradients written with xgrad's primitive ops: sections 4 and 5 of the
+// contract, term by term (derivation: docs/batch_norm.md). They are the oracles of the fused
+// kernels, and the second-order one is the fused second-order op's own gradient, so every
+// order stays differentiable. Computed in float32 for 16-bit inputs (results rounded back).
+#include "batch_norm_internal.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+
+namespace xgrad
+{
+    namespace
+    {
+        tensor to_compute(const tensor& t) { return cast(t, compute_dtype(t.dtype())); }
+    }
+
+    batch_norm_grad_result batch_norm_grad_composite(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                                     const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                     const batch_norm_attrs& attrs)
+    {
+        const detail::bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                          batch_norm_grad_version::v3, "batch_norm_grad_composite");
+        const shape_type ch = L.channel_shape();
+        const axes_type axes = L.reduce_axes();
+        const double R = static_cast<double>(L.count());
+        const tensor dy = to_compute(y_backprop), xv = to_compute(x);
+        const tensor gamma = reshape(scale, ch), mu = reshape(reserve_space_1, ch);
+        const tensor r = rsqrt(reshape(reserve_space_2, ch) + static_cast<double>(attrs.epsilon));
+        const tensor xc = xv - mu;
+        batch_norm_grad_result out;
+        const tensor sum_dy = sum(dy, axes, true), sum_dy_xc = sum(dy * xc, axes, true);
+        if (attrs.is_training)
+            // dx = scale r (dy - Σdy/R - xc r² Σ(dy xc)/R)
+            out.x_backprop = gamma * r * (dy - sum_dy / R - xc * (r * r) * sum_dy_xc / R);
+        else
+            out.x_backprop = dy * gamma * r; // the statistics are constants
+        out.x_backprop = cast(out.x_backprop, x.dtype());
+        out.scale_backprop = reshape(sum_dy_xc * r, {L.C});
+        out.offset_backprop = reshape(sum_dy, {L.C});
+        return out;
+    }
+
+    batch_norm_grad_grad_result batch_norm_grad_grad_composite(const tensor& A, const tensor& a, const tensor& b,
+                                                               const tensor& y_backprop, const tensor& x,
+                                                               const tensor& scale, const tensor& reserve_space_1,
+                                                               const tensor& reserve_space_2,
+                                                               const batch_norm_attrs& attrs)
+    {
+        const char* op = "batch_norm_grad_grad_composite";
+        const detail::bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                          batch_norm_grad_version::v3, op);
+        detail::check_bn_same(L, x, {{"A", A}}, {{"a", a}, {"b", b}}, op);
+        const shape_type ch = L.channel_shape();
+        const axes_type axes = L.reduce_axes();
+        const tensor g = to_compute(y_backprop), xv = to_compute(x), Av = to_compute(A);
+        const tensor gamma = reshape(scale, ch), ac = reshape(a, ch), bc = reshape(b, ch);
+        const double eps = attrs.epsilon;
+        auto channel_mean = [&](const tensor& t) { return mean(t, axes, true); };
+        batch_norm_grad_grad_result out;
+        if (attrs.is_training)
+        {
+            // The statistics are functions of x (the total derivative).
+            const tensor m = channel_mean(xv);
+            const tensor r = rsqrt(channel_mean(square(xv - m)) + eps);
+            const tensor xh = (xv - m) * r;
+            const tensor g_mean = channel_mean(g), A_mean = channel_mean(Av);
+            const tensor Axh = channel_mean(Av * xh), gxh = channel_mean(g * xh);
+            const tensor gc = g - g_mean, Ac = Av - A_mean;
+            const tensor A_gc = channel_mean(Av * gc);
+            // d/dg = γ r (A - Ā - xh mean(A xh)) + a xh + b
+            out.d_y_backprop = gamma * r * (Ac - xh * Axh) + ac * xh + bc;
+            // d/dx = γ r² [3 xh mean(A xh) mean(g xh) - xh mean(A (g - ḡ)) - (A - Ā) mean(g xh)
+            //              - (g - ḡ) mean(A xh)] + a r (g - ḡ - xh mean(g xh))
+            out.d_x = gamma * (r * r) * (3.0 * xh * Axh * gxh - xh * A_gc - Ac * gxh - gc * Axh) +
+                      ac * r * (gc - xh * gxh);
+            // d/dγ = r Σ A (g - ḡ - xh mean(g xh))
+            out.d_scale = reshape(r * sum(Av * (gc - xh * gxh), axes, true), {L.C});
+        }
+        else
+        {
+            const tensor mu = reshape(reserve_space_1, ch);
+            const tensor r = rsqrt(reshape(reserve_space_2, ch) + eps);
+            out.d_y_backprop = gamma * r * Av + ac * (xv - mu) * r + bc;
+            out.d_x = ac * g * r;
+            out.d_scale = reshape(r * sum(Av * g, axes, true), {L.C});
+        }
+        out.d_y_backprop = cast(out.d_y_backprop, x.dtype());
+        out.d_x = cast(out.d_x, x.dtype());
+        return out;
+    }
+}

@@ -1,0 +1,386 @@
+// The fused batch-norm ops against their composite formulas, and their derivatives of the
+// first three orders against finite differences in float64, in every format and both modes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "xgrad/xgrad.hpp"
+
+using namespace xgrad;
+
+namespace
+{
+    struct bn_case
+    {
+        const char* format;
+        shape_type shape;
+        std::int64_t channel_dim;
+    };
+
+    const std::vector<bn_case> formats = {
+        {"NHWC", {2, 3, 2, 5}, 3},
+        {"NCHW", {2, 5, 3, 2}, 1},
+        {"NDHWC", {2, 2, 3, 1, 3}, 4},
+        {"NCDHW", {1, 3, 2, 2, 3}, 1},
+    };
+
+    batch_norm_attrs attrs_for(const bn_case& c, bool training, float eps = 0.001f)
+    {
+        batch_norm_attrs a;
+        a.data_format = c.format;
+        a.is_training = training;
+        a.epsilon = eps;
+        return a;
+    }
+
+    std::int64_t channels(const bn_case& c) { return c.shape[static_cast<std::size_t>(c.channel_dim)]; }
+
+    /// Elementwise |got - want| <= tol * max(1, |want|).
+    void check_close(const tensor& got, const tensor& want, double tol)
+    {
+        REQUIRE(got.shape() == want.shape());
+        const auto g = to_vector(got), w = to_vector(want);
+        double worst = 0;
+        for (std::size_t i = 0; i < g.size(); ++i)
+            worst = std::max(worst, std::abs(g[i] - w[i]) / std::max(1.0, std::abs(w[i])));
+        CHECK_MESSAGE(worst <= tol, "worst relative difference " << worst << " > " << tol);
+    }
+
+    struct inputs
+    {
+        tensor x, dy, scale, offset, pop_mean, pop_var, A, a, b;
+    };
+
+    inputs make_inputs(const bn_case& c, dtype dt, std::uint64_t seed)
+    {
+        generator gen(seed);
+        const std::int64_t C = channels(c);
+        const dtype sdt = dt == dtype::float64 ? dtype::float64 : dtype::float32;
+        inputs in;
+        in.x = (randn(c.shape, gen, dtype::float64) * 2.0 + 0.5).to(dt);
+        in.dy = randn(c.shape, gen, dtype::float64).to(dt);
+        in.scale = (randn({C}, gen, dtype::float64) + 1.0).to(sdt);
+        in.offset = randn({C}, gen, dtype::float64).to(sdt);
+        in.pop_mean = randn({C}, gen, dtype::float64).to(sdt);
+        in.pop_var = (abs(randn({C}, gen, dtype::float64)) + 0.5).to(sdt);
+        in.A = randn(c.shape, gen, dtype::float64).to(dt);
+        in.a = randn({C}, gen, dtype::float64).to(sdt);
+        in.b = randn({C}, gen, dtype::float64).to(sdt);
+        return in;
+    }
+
+    /// The batch statistics of x, as the forward op saves them (not differentiable).
+    std::pair<tensor, tensor> batch_stats(const tensor& x, const tensor& scale, const tensor& offset,
+                                          const batch_norm_attrs& attrs)
+    {
+        batch_norm_attrs t = attrs;
+        t.is_training = true;
+        t.exponential_avg_factor = 1.0f;
+        const auto f = fused_batch_norm(x.detach(), scale.detach(), offset.detach(), tensor(zeros({0}, scale.dtype())),
+                                        zeros({0}, scale.dtype()), t);
+        return {f.reserve_space_1, f.reserve_space_2};
+    }
+}
+
+TEST_CASE("fused gradient equals the composite formula (all formats, both modes, float32/float64)")
+{
+    for (const auto& c : formats)
+        for (bool training : {true, false})
+            for (dtype dt : {dtype::float64, dtype::float32})
+            {
+                INFO(c.format << (training ? " training " : " inference ") << name(dt));
+                const inputs in = make_inputs(c, dt, 1);
+                const batch_norm_attrs at = attrs_for(c, training);
+                auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
+                const tensor rs1 = training ? m : in.pop_mean, rs2 = training ? v : in.pop_var;
+                const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, rs1, rs2, {}, at);
+                const auto comp = batch_norm_grad_composite(in.dy, in.x, in.scale, rs1, rs2, at);
+                // float64: both are exact formulas evaluated in double (1e-12); float32: sums of
+                // R <= 60 terms of O(1) values in float32 against double accumulation (1e-5).
+                const double tol = dt == dtype::float64 ? 1e-12 : 1e-5;
+                check_close(fused.x_backprop, comp.x_backprop, tol);
+                check_close(fused.scale_backprop, comp.scale_backprop, tol);
+                check_close(fused.offset_backprop, comp.offset_backprop, tol);
+                CHECK(fused.placeholder_1.shape() == shape_type{0});
+                CHECK(fused.placeholder_2.shape() == shape_type{0});
+            }
+}
+
+TEST_CASE("fused second-order op equals its composite formula and autograd of the first-order composite")
+{
+    for (const auto& c : formats)
+        for (bool training : {true, false})
+        {
+            INFO(c.format << (training ? " training" : " inference"));
+            const inputs in = make_inputs(c, dtype::float64, 2);
+            const batch_norm_attrs at = attrs_for(c, training);
+            auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
+            const tensor rs1 = training ? m : in.pop_mean, rs2 = training ? v : in.pop_var;
+            const auto fused = fused_batch_norm_grad_grad(in.A, in.a, in.b, in.dy, in.x, in.scale, rs1, rs2, at);
+            const auto comp = batch_norm_grad_grad_composite(in.A, in.a, in.b, in.dy, in.x, in.scale, rs1, rs2, at);
+            check_close(fused.d_y_backprop, comp.d_y_backprop, 1e-12);
+            check_close(fused.d_x, comp.d_x, 1e-12);
+            check_close(fused.d_scale, comp.d_scale, 1e-12);
+            // Independent derivation: differentiate the first-order composite with autograd,
+            // with the statistics recomputed from x in training (the total derivative).
+            const tensor dy = in.dy.detach().requires_grad_(), x = in.x.detach().requires_grad_(),
+                         s = in.scale.detach().requires_grad_();
+            tensor srs1 = rs1, srs2 = rs2;
+            if (training)
+            {
+                const std::int64_t C = channels(c);
+                axes_type axes;
+                for (std::int64_t d = 0; d < x.dim(); ++d)
+                    if (d != c.channel_dim)
+                        axes.push_back(d);
+                srs1 = reshape(mean(x, axes), {C});
+                srs2 = reshape(mean(square(x - mean(x, axes, true)), axes), {C});
+            }
+            const auto first = batch_norm_grad_composite(dy, x, s, srs1, srs2, at);
+            const auto g = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, {dy, x, s},
+                                {in.A, in.a, in.b});
+            check_close(fused.d_y_backprop, g[0], 1e-10);
+            check_close(fused.d_x, g[1], 1e-10);
+            check_close(fused.d_scale, g[2], 1e-10);
+        }
+}
+
+TEST_CASE("forward: normalisation, batch statistics with Bessel's correction, running averages")
+{
+    const bn_case c = formats[1]; // NCHW [2, 5, 3, 2]
+    const inputs in = make_inputs(c, dtype::float64, 3);
+    const std::int64_t C = channels(c);
+    const axes_type axes = {0, 2, 3};
+    const double R = 2 * 3 * 2;
+    const tensor m = reshape(mean(in.x, axes), {C});
+    const tensor v = reshape(mean(square(in.x - mean(in.x, axes, true)), axes), {C});
+    const shape_type ch = {1, C, 1, 1};
+    // epsilon is a float attribute: the formulas below use its float value exactly.
+    for (float f : {1.0f, 0.6f, 0.0f})
+    {
+        INFO("exponential_avg_factor " << f);
+        batch_norm_attrs at = attrs_for(c, true);
+        at.exponential_avg_factor = f;
+        const auto out = fused_batch_norm(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
+        const tensor y = (in.x - reshape(m, ch)) * rsqrt(reshape(v, ch) + static_cast<double>(0.001f)) * reshape(in.scale, ch) +
+                         reshape(in.offset, ch);
+        check_close(out.y, y, 1e-12);
+        check_close(out.reserve_space_1, m, 1e-12);
+        check_close(out.reserve_space_2, v, 1e-12);
+        const double k = R / (R - 1);
+        check_close(out.batch_mean, in.pop_mean * (1.0 - f) + m * static_cast<double>(f), 1e-12);
+        check_close(out.batch_variance, in.pop_var * (1.0 - f) + v * (static_cast<double>(f) * k), 1e-12);
+        CHECK(out.reserve_space_3.shape() == shape_type{0});
+    }
+    // Inference: population statistics; the statistics outputs are copies of them.
+    const auto inf = fused_batch_norm(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, attrs_for(c, false));
+    check_close(inf.y,
+                (in.x - reshape(in.pop_mean, ch)) * rsqrt(reshape(in.pop_var, ch) + static_cast<double>(0.001f)) * reshape(in.scale, ch) +
+                    reshape(in.offset, ch),
+                1e-12);
+    CHECK(to_vector(inf.batch_mean) == to_vector(in.pop_mean));
+    CHECK(to_vector(inf.reserve_space_2) == to_vector(in.pop_var));
+    CHECK(inf.batch_mean.data_ptr() != in.pop_mean.data_ptr());
+}
+
+TEST_CASE("empty x: NaN batch statistics, zero reserve spaces, zero parameter gradients")
+{
+    for (bool training : {true, false})
+    {
+        batch_norm_attrs at;
+        at.is_training = training;
+        const tensor x = zeros({0, 2, 3, 4});
+        const tensor s = ones({4}), o = zeros({4});
+        const auto f = fused_batch_norm(x, s, o, zeros({4}), ones({4}), at);
+        CHECK(f.y.shape() == x.shape());
+        for (double v : to_vector(f.batch_mean))
+            CHECK(std::isnan(v));
+        for (double v : to_vector(f.batch_variance))
+            CHECK(std::isnan(v));
+        CHECK(to_vector(f.reserve_space_1) == std::vector<double>(4, 0.0));
+        const auto g = fused_batch_norm_grad(x, x, s, zeros({4}), ones({4}), {}, at);
+        CHECK(g.x_backprop.shape() == x.shape());
+        CHECK(to_vector(g.scale_backprop) == std::vector<double>(4, 0.0));
+        CHECK(to_vector(g.offset_backprop) == std::vector<double>(4, 0.0));
+    }
+}
+
+TEST_CASE("the two phases compose to the fused gradient and honour a global count")
+{
+    const bn_case c = formats[0];
+    const inputs in = make_inputs(c, dtype::float64, 4);
+    const batch_norm_attrs at = attrs_for(c, true);
+    auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
+    const auto sums = batch_norm_grad_reduce(in.dy, in.x, m, at);
+    const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, m, v, {}, at);
+    const auto phased = batch_norm_grad_apply(in.dy, in.x, in.scale, m, v, sums, 2 * 3 * 2, at);
+    check_close(phased.x_backprop, fused.x_backprop, 1e-14);
+    check_close(phased.scale_backprop, fused.scale_backprop, 1e-14);
+    // Two replicas holding the same batch: the all-reduced sums are doubled and R is doubled,
+    // which must give the same x_backprop as one replica.
+    const batch_norm_grad_sums twice{sums.sum_dy * 2.0, sums.sum_dy_xc * 2.0};
+    check_close(batch_norm_grad_apply(in.dy, in.x, in.scale, m, v, twice, 2 * 2 * 3 * 2, at).x_backprop,
+                fused.x_backprop, 1e-12);
+}
+
+TEST_CASE("16-bit I/O: float32 arithmetic, one rounding of the result")
+{
+    const bn_case c = formats[0];
+    for (dtype dt : {dtype::float16, dtype::bfloat16})
+    {
+        INFO(name(dt));
+        const inputs in = make_inputs(c, dt, 5);
+        const batch_norm_attrs at = attrs_for(c, true);
+        auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
+        const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, m, v, {}, at);
+        CHECK(fused.x_backprop.dtype() == dt);
+        CHECK(fused.scale_backprop.dtype() == dtype::float32);
+        // The float32 result of the same inputs, rounded once to dt, differs from the fused
+        // 16-bit result by at most one unit in the last place of dt (2^-10 or 2^-7 relative).
+        const auto ref = fused_batch_norm_grad(in.dy.to(dtype::float32), in.x.to(dtype::float32), in.scale, m, v, {}, at);
+        const double ulp = dt == dtype::float16 ? 0x1p-10 : 0x1p-7;
+        const auto got = to_vector(fused.x_backprop), want = to_vector(ref.x_backprop.to(dt));
+        for (std::size_t i = 0; i < got.size(); ++i)
+            CHECK(std::abs(got[i] - want[i]) <= ulp * std::max(std::abs(want[i]), 0x1p-14));
+        check_close(fused.scale_backprop, ref.scale_backprop, 1e-6);
+        const auto f = fused_batch_norm(in.x, in.scale, in.offset, zeros({0}), zeros({0}), at);
+        CHECK(f.y.dtype() == dt);
+        CHECK(f.batch_mean.dtype() == dtype::float32);
+    }
+}
+
+// --- derivatives by finite differences -----------------------------------------------------
+
+namespace
+{
+    using args = std::vector<tensor>;
+
+    /// y of the forward op, as a function of (x, scale, offset); population statistics fixed.
+    gradcheck_function forward_fn(const batch_norm_attrs& at, const tensor& pop_mean, const tensor& pop_var)
+    {
+        return [at, pop_mean, pop_var](const args& a) {
+            return args{fused_batch_norm(a[0], a[1], a[2], pop_mean, pop_var, at).y};
+        };
+    }
+
+    /// The gradient op as a function of (dy, x, scale); in training the saved statistics are
+    /// recomputed from x, as a network's forward would (contract section 5).
+    gradcheck_function grad_fn(const batch_norm_attrs& at, const tensor& offset, const tensor& pop_mean,
+                               const tensor& pop_var)
+    {
+        return [at, offset, pop_mean, pop_var](const args& a) {
+            tensor rs1 = pop_mean, rs2 = pop_var;
+            if (at.is_training)
+                std::tie(rs1, rs2) = batch_stats(a[1], a[2], offset, at);
+            const auto r = fused_batch_norm_grad(a[0], a[1], a[2], rs1, rs2, {}, at);
+            return args{r.x_backprop, r.scale_backprop, r.offset_backprop};
+        };
+    }
+
+    /// The second-order op as a function of (A, a, b, dy, x, scale).
+    gradcheck_function grad_grad_fn(const batch_norm_attrs& at, const tensor& offset, const tensor& pop_mean,
+                                    const tensor& pop_var)
+    {
+        return [at, offset, pop_mean, pop_var](const args& a) {
+            tensor rs1 = pop_mean, rs2 = pop_var;
+            if (at.is_training)
+                std::tie(rs1, rs2) = batch_stats(a[4], a[5], offset, at);
+            const auto r = fused_batch_norm_grad_grad(a[0], a[1], a[2], a[3], a[4], a[5], rs1, rs2, at);
+            return args{r.d_y_backprop, r.d_x, r.d_scale};
+        };
+    }
+
+    args leaves(std::initializer_list<tensor> ts)
+    {
+        args out;
+        for (const auto& t : ts)
+            out.push_back(t.detach().requires_grad_());
+        return out;
+    }
+}
+
+TEST_CASE("forward: first and second derivatives match finite differences")
+{
+    for (const auto& c : formats)
+        for (bool training : {true, false})
+        {
+            INFO(c.format << (training ? " training" : " inference"));
+            const inputs in = make_inputs(c, dtype::float64, 6);
+            const batch_norm_attrs at = attrs_for(c, training);
+            const auto f = forward_fn(at, in.pop_mean, in.pop_var);
+            const args xs = leaves({in.x, in.scale, in.offset});
+            const auto r1 = gradcheck(f, xs);
+            CHECK_MESSAGE(r1.ok, r1.message);
+            const auto r2 = gradgradcheck(f, xs);
+            CHECK_MESSAGE(r2.ok, r2.message);
+        }
+}
+
+TEST_CASE("gradient op: its own first and second derivatives (second and third order of batch norm)")
+{
+    for (const auto& c : formats)
+        for (bool training : {true, false})
+        {
+            INFO(c.format << (training ? " training" : " inference"));
+            const inputs in = make_inputs(c, dtype::float64, 7);
+            const batch_norm_attrs at = attrs_for(c, training);
+            const auto f = grad_fn(at, in.offset, in.pop_mean, in.pop_var);
+            const args xs = leaves({in.dy, in.x, in.scale});
+            const auto r1 = gradcheck(f, xs);
+            CHECK_MESSAGE(r1.ok, r1.message);
+            const auto r2 = gradgradcheck(f, xs);
+            CHECK_MESSAGE(r2.ok, r2.message);
+        }
+}
+
+TEST_CASE("second-order op: its derivatives (third order) match finite differences")
+{
+    for (const auto& c : {formats[0], formats[1]})
+        for (bool training : {true, false})
+        {
+            INFO(c.format << (training ? " training" : " inference"));
+            const inputs in = make_inputs(c, dtype::float64, 8);
+            const batch_norm_attrs at = attrs_for(c, training);
+            const auto f = grad_grad_fn(at, in.offset, in.pop_mean, in.pop_var);
+            const auto r1 = gradcheck(f, leaves({in.A, in.a, in.b, in.dy, in.x, in.scale}));
+            CHECK_MESSAGE(r1.ok, r1.message);
+        }
+}
+
+TEST_CASE("second and third derivatives through a small network with batch norm")
+{
+    // loss(x, w, scale, offset) = sum(relu(bn(reshape(x @ w, NCHW))) ^ 2 * weights)
+    generator gen(9);
+    const tensor weights = randn({2, 3, 2, 2}, gen, dtype::float64);
+    for (bool training : {true, false})
+    {
+        INFO(std::string(training ? "training" : "inference"));
+        batch_norm_attrs at;
+        at.data_format = "NCHW";
+        at.is_training = training;
+        at.epsilon = 0.001f;
+        const tensor pop_mean = randn({3}, gen, dtype::float64), pop_var = abs(randn({3}, gen, dtype::float64)) + 0.5;
+        auto net = [&](const args& a) {
+            const tensor h = reshape(matmul(a[0], a[1]), {2, 3, 2, 2});
+            const tensor y = fused_batch_norm(h, a[2], a[3], pop_mean, pop_var, at).y;
+            // softplus-like smooth activation keeps second derivatives well defined; relu is
+            // exercised through its (piecewise constant) first derivative.
+            const tensor act = relu(y) + tanh(y);
+            return args{sum(mul(mul(act, act), weights))};
+        };
+        const args xs = leaves({randn({2, 4}, gen, dtype::float64), randn({4, 12}, gen, dtype::float64),
+                                randn({3}, gen, dtype::float64) + 1.0, randn({3}, gen, dtype::float64)});
+        const auto r2 = gradgradcheck(net, xs);
+        CHECK_MESSAGE(r2.ok, r2.message);
+        // Third order: finite differences of the Hessian-vector product's gradient.
+        auto hvp = [&](const args& a) {
+            const tensor loss = net(a)[0];
+            const auto g = grad({loss}, {a[0], a[1]}, {}, true, true);
+            return args{grad({sum(g[0] * g[0]) + sum(g[1] * g[1])}, {a[0], a[1]}, {}, true, true)};
+        };
+        const auto r3 = gradcheck(hvp, xs);
+        CHECK_MESSAGE(r3.ok, r3.message);
+    }
+}
