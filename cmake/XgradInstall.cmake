@@ -5,8 +5,9 @@
 #   find_package(xgrad REQUIRED)
 #   target_link_libraries(app PRIVATE xgrad::xgrad)
 #
-# Installed: the xgrad library, the public headers (core/include/xgrad/ only; backends/ headers
-# are internal), and <libdir>/cmake/xgrad/{xgradConfig,xgradConfigVersion,xgradTargets*}.cmake.
+# Installed: the xgrad library, the public headers (core/include/xgrad/ and
+# layers/include/xgrad/; backends/ headers are internal), and
+# <libdir>/cmake/xgrad/{xgradConfig,xgradConfigVersion,xgradTargets*}.cmake.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -70,6 +71,13 @@ install(TARGETS xgrad
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/xgrad
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "*.inl" PATTERN "*.tpp")
+# The layers' headers (<includedir>/xgrad/layers.hpp, <includedir>/xgrad/layers/*.hpp), when
+# layers/ is part of the build (layers/CMakeLists.txt sets XGRAD_WITH_LAYERS).
+if(XGRAD_WITH_LAYERS)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/layers/include/xgrad
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    FILES_MATCHING PATTERN "*.hpp")
+endif()
 
 install(EXPORT xgradTargets
   NAMESPACE xgrad::

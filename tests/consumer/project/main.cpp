@@ -1,4 +1,5 @@
 // Uses an installed xgrad through <xgrad/xgrad.hpp>: d/dx sum(x * x) must equal 2x.
+#include <xgrad/layers.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include <cmath>
@@ -24,6 +25,14 @@ int main() {
       std::cerr << "grad mismatch at " << i << ": got " << got << ", want " << want << "\n";
       return 1;
     }
+  }
+  // The installed layers: a batch-norm layer's output has zero mean per channel in training.
+  xgrad::nn::batch_norm2d bn(3);
+  const auto h = bn(xgrad::randn({2, 3, 4, 4}, gen));
+  const double m = xgrad::mean(h.slice(1, 0, 1)).item();
+  if (!(std::fabs(m) < 1e-5)) {
+    std::cerr << "batch_norm2d output mean " << m << ", want 0\n";
+    return 1;
   }
   std::cout << "xgrad consumer OK\n";
   return 0;

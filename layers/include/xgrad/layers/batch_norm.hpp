@@ -1,0 +1,139 @@
+#pragma once
+// Batch normalisation layers over 4-D and 5-D inputs (layers/src/batch_norm.cpp), with
+// PyTorch's BatchNorm2d / BatchNorm3d semantics, built on the fused op
+// xgrad::fused_batch_norm (xgrad/ops/batch_norm.hpp). The layer holds options, parameters and
+// buffers; its forward is one call of the op, and its gradients (of every order) are the op's.
+//
+// Per channel c, with eps = options.eps:
+//
+//   training:  y = (x - m_c) / sqrt(v_c + eps) * scale_c + offset_c, where m_c and v_c are the
+//              mean and the biased variance of the batch. When track_running_stats, the
+//              running statistics are then replaced (not differentiated) by
+//                running_mean = (1 - f) running_mean + f m_c
+//                running_var  = (1 - f) running_var  + f v_c R / (R - 1)
+//              (Bessel's correction; R = elements per channel), with f = momentum, or
+//              f = 1 / num_batches_tracked (a cumulative average) when momentum is nullopt;
+//              num_batches_tracked counts the updates. This is the op with is_training = true
+//              and exponential_avg_factor = f: the op's batch_mean / batch_variance outputs.
+//   eval:      y = (x - running_mean_c) / sqrt(running_var_c + eps) * scale_c + offset_c
+//              (the op with is_training = false); nothing is updated. Without
+//              track_running_stats there are no running statistics, and eval normalises with
+//              the batch statistics as training does.
+//   An empty input (no values per channel) gives an empty y and updates nothing.
+//
+// Gradients: y is differentiable w.r.t. x, scale and offset (in training mode the batch
+// statistics are functions of x); the running statistics are constants.
+//
+// dtypes: parameters and buffers are float32 (inputs float32, float16 or bfloat16) or float64
+// (inputs float64), chosen by options.dtype. num_batches_tracked is an int64 scalar.
+//
+// Errors (xgrad::invalid_argument, naming the layer and the shapes, dtypes or values): bad
+// options at construction (num_features < 1, eps negative or not finite, momentum outside
+// [0, 1], a data_format of the wrong rank, a parameter dtype other than float32 / float64);
+// in forward, an input of the wrong rank, channel count, dtype or device, or a single value per
+// channel where batch statistics are needed (its variance would be 0 and its output constant).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "xgrad/dtype.hpp"
+#include "xgrad/layers/module.hpp"
+#include "xgrad/tensor.hpp"
+
+namespace xgrad::nn
+{
+    struct batch_norm_options
+    {
+        batch_norm_options() = default;
+        explicit batch_norm_options(std::int64_t features) : num_features(features) {}
+
+        /// C, the number of channels.
+        std::int64_t num_features = 0;
+        /// Added to the variance. The op computes with a float epsilon, so this is a float.
+        float eps = 1e-5f;
+        /// Weight of the batch statistics in the running statistics (PyTorch's momentum, the
+        /// op's exponential_avg_factor); nullopt: a cumulative average over all batches.
+        std::optional<float> momentum = 0.1f;
+        /// Learnable scale and offset (parameters); when false they are the constants 1 and 0
+        /// and the layer has no parameters.
+        bool affine = true;
+        /// Keep running statistics (buffers) and use them in eval mode; when false there are
+        /// no buffers and the batch statistics are used in both modes.
+        bool track_running_stats = true;
+        /// "NCHW" or "NHWC" (batch_norm2d), "NCDHW" or "NDHWC" (batch_norm3d); empty: channels
+        /// first ("NCHW" / "NCDHW"), like PyTorch.
+        std::string data_format;
+        /// dtype of parameters and buffers: float32, or float64 for float64 inputs.
+        xgrad::dtype dtype = xgrad::dtype::float32;
+        xgrad::device device = cpu_device;
+    };
+
+    /// The implementation shared by batch_norm2d (rank 4) and batch_norm3d (rank 5).
+    ///
+    /// Parameters: "scale" (init ones) and "offset" (init zeros), [C] (only when affine).
+    /// Buffers: "running_mean" (zeros), "running_var" (ones), [C], and "num_batches_tracked"
+    /// (int64 scalar, 0) (only when track_running_stats).
+    class batch_norm_base : public module
+    {
+    public:
+        using options_type = batch_norm_options;
+
+        /// Normalises x (see the formulas above); updates the running statistics in training
+        /// mode when track_running_stats.
+        tensor forward(const tensor& x);
+        tensor operator()(const tensor& x) { return forward(x); }
+
+        std::string_view type_name() const noexcept override { return m_name; }
+
+        /// The options, with data_format resolved ("NCHW" rather than empty).
+        const options_type& options() const noexcept { return m_options; }
+        std::int64_t num_features() const noexcept { return m_options.num_features; }
+        /// Rank of the inputs: 4 or 5.
+        std::int64_t input_rank() const noexcept { return m_rank; }
+        /// Which dimension of x holds the channels (1, or rank - 1 for channels last).
+        std::int64_t channel_dim() const noexcept { return m_channel_dim; }
+
+        /// The current values (undefined when the layer has no such parameter or buffer).
+        tensor scale() const;
+        tensor offset() const;
+        tensor running_mean() const;
+        tensor running_var() const;
+        tensor num_batches_tracked() const;
+
+        /// running_mean := 0, running_var := 1, num_batches_tracked := 0.
+        void reset_running_stats();
+        /// reset_running_stats(), scale := 1, offset := 0.
+        void reset_parameters();
+
+    protected:
+        /// rank: 4 or 5; name: "batch_norm2d" or "batch_norm3d".
+        batch_norm_base(options_type options, std::int64_t rank, std::string_view name);
+
+    private:
+        void check_input(const tensor& x) const;
+
+        options_type m_options;
+        std::int64_t m_rank = 4;
+        std::int64_t m_channel_dim = 1;
+        std::string_view m_name;
+        tensor m_unit_scale, m_zero_offset; // the constants used when !affine
+        tensor m_no_stats;                  // [0]: the op's unread mean/variance without running stats
+    };
+
+    /// Batch normalisation of [N, C, H, W] ("NCHW") or [N, H, W, C] ("NHWC") inputs.
+    class batch_norm2d final : public batch_norm_base
+    {
+    public:
+        explicit batch_norm2d(std::int64_t num_features) : batch_norm2d(options_type(num_features)) {}
+        explicit batch_norm2d(const options_type& options) : batch_norm_base(options, 4, "batch_norm2d") {}
+    };
+
+    /// Batch normalisation of [N, C, D, H, W] ("NCDHW") or [N, D, H, W, C] ("NDHWC") inputs.
+    class batch_norm3d final : public batch_norm_base
+    {
+    public:
+        explicit batch_norm3d(std::int64_t num_features) : batch_norm3d(options_type(num_features)) {}
+        explicit batch_norm3d(const options_type& options) : batch_norm_base(options, 5, "batch_norm3d") {}
+    };
+}

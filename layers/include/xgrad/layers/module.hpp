@@ -1,0 +1,165 @@
+#pragma once
+// xgrad::nn::module: the base of the neural-network layers (layers/src/module.cpp).
+//
+// A module owns named tensors of two kinds, registered by its subclass in its constructor:
+//
+// - parameters: leaf tensors that require grad (learnable weights). backward() accumulates
+//   into their grad();
+// - buffers: tensors that do not require grad (running statistics, counters), any dtype;
+//
+// and may own child modules, whose tensors it lists under "child.name" (recursively,
+// "child.grandchild.name"). Every listing follows registration order: a module's own tensors
+// first, then each child's, so the order is deterministic.
+//
+// Tensors are immutable values, so a module's tensors are never changed in place: a new value
+// replaces the old one in its slot, under the same name, through set_parameter / set_buffer.
+// That is how the layers update their running statistics, and how an optimizer step works:
+//
+//     {
+//         xgrad::no_grad guard;                      // the update itself is not differentiated
+//         for (const auto& [name, p] : m.named_parameters())
+//             if (p.grad().defined())
+//                 m.set_parameter(name, p - lr * p.grad());
+//     }
+//
+// Handles returned by parameters() / named_parameters() / parameter() refer to the tensors in
+// the slots at the time of the call; after a set_parameter they refer to the old value. Read
+// them again after an update.
+//
+// Errors: bad names, shapes, dtypes or devices throw xgrad::invalid_argument (a
+// std::invalid_argument) naming the module, the tensor and the shapes or dtypes involved.
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "xgrad/errors.hpp"
+#include "xgrad/tensor.hpp"
+
+namespace xgrad::nn
+{
+    class module
+    {
+    public:
+        using named_tensor_type = std::pair<std::string, tensor>;
+        using named_tensors_type = std::vector<named_tensor_type>;
+        using named_module_type = std::pair<std::string, std::shared_ptr<module>>;
+        using named_modules_type = std::vector<named_module_type>;
+        /// Full name -> tensor, parameters and buffers together.
+        using state_dict_type = std::map<std::string, tensor>;
+
+        struct load_result
+        {
+            /// Names the module has and the state dict lacked (only non-empty when !strict).
+            std::vector<std::string> missing_keys;
+            /// Names the state dict has and the module lacks (only non-empty when !strict).
+            std::vector<std::string> unexpected_keys;
+        };
+
+        virtual ~module();
+        // A module owns its parameters' autograd identity (their grad()), so copies would be
+        // ambiguous; modules are moved, or held by shared_ptr.
+        module(const module&) = delete;
+        module& operator=(const module&) = delete;
+        module(module&&) noexcept;
+        module& operator=(module&&) noexcept;
+
+        /// The kind of module, for messages ("module", "batch_norm2d", ...).
+        virtual std::string_view type_name() const noexcept;
+
+        // --- listing (recurse = false: this module's own tensors only) ----------------------
+        std::vector<tensor> parameters(bool recurse = true) const;
+        named_tensors_type named_parameters(bool recurse = true) const;
+        std::vector<tensor> buffers(bool recurse = true) const;
+        named_tensors_type named_buffers(bool recurse = true) const;
+        /// The direct children, in registration order.
+        named_modules_type named_children() const;
+
+        // --- access by full name ("scale", "block.bn.running_mean") --------------------------
+        bool has_parameter(const std::string& name) const;
+        bool has_buffer(const std::string& name) const;
+        /// Throws xgrad::invalid_argument naming the module and the name when there is none.
+        tensor parameter(const std::string& name) const;
+        tensor buffer(const std::string& name) const;
+
+        /// Replaces parameter `name` by `value`, which must be a defined leaf tensor (no
+        /// grad_fn: compute it under no_grad, or detach() it) with the same shape, dtype and
+        /// device as the current value. The module stores this very handle, as its new
+        /// parameter, and gives it the requires_grad flag of the value it replaces (true unless
+        /// the parameter was frozen with requires_grad_(false)); its grad() is value's own
+        /// (none, for a value just computed).
+        /// Because the handle itself is stored, a function of `value` computed through the
+        /// module is differentiable w.r.t. `value` (gradcheck through a layer relies on this).
+        void set_parameter(const std::string& name, const tensor& value);
+        /// Replaces buffer `name` by value.detach(), which must have the same shape, dtype and
+        /// device as the current value.
+        void set_buffer(const std::string& name, const tensor& value);
+
+        // --- mode ----------------------------------------------------------------------------
+        /// Sets training mode (true) or evaluation mode (false) on this module and all its
+        /// descendants. Modules start in training mode.
+        void train(bool on = true);
+        void eval() { train(false); }
+        bool is_training() const noexcept { return m_training; }
+
+        // --- gradients -----------------------------------------------------------------------
+        /// Clears the grad() of every parameter (recursively).
+        void zero_grad();
+
+        // --- serialisation -------------------------------------------------------------------
+        /// Every parameter and buffer (recursively) under its full name, as detached handles
+        /// sharing storage with the module's values.
+        state_dict_type state_dict() const;
+        /// Replaces every parameter and buffer by the state dict's value under its full name.
+        /// Checks everything before changing anything: a name of the module missing from
+        /// `state` or (when strict) a name in `state` the module does not have, an undefined
+        /// tensor, or a shape, dtype or device differing from the module's value throws one
+        /// xgrad::invalid_argument listing every problem, and the module is left unchanged.
+        /// When !strict, missing and unexpected names are allowed and returned. Loaded values
+        /// share storage with `state` (tensors are immutable) but are fresh leaves: loading the
+        /// same state into two modules gives them independent parameters.
+        load_result load_state_dict(const state_dict_type& state, bool strict = true);
+
+    protected:
+        module();
+
+        /// Throws xgrad::invalid_argument("<type_name()>: <what>").
+        [[noreturn]] void fail(const std::string& what) const;
+
+        /// Adds parameter `name`: a fresh leaf sharing value's storage, requiring grad. value
+        /// must be a defined floating-point tensor. Returns the stored handle. The name must
+        /// be non-empty, contain no '.', and not be used by a parameter, buffer or child.
+        tensor register_parameter(std::string name, const tensor& value);
+        /// Adds buffer `name`: value.detach() (a defined tensor of any dtype). Returns it.
+        tensor register_buffer(std::string name, const tensor& value);
+        /// Adds a child module (not null, and not this module or one of its ancestors).
+        template <class M>
+        std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> child)
+        {
+            add_child(std::move(name), child);
+            return child;
+        }
+
+    private:
+        struct slot
+        {
+            std::string m_name;
+            tensor m_value;
+        };
+
+        void add_child(std::string name, std::shared_ptr<module> child);
+        void check_new_name(const std::string& name) const;
+        bool contains(const module* m) const noexcept;
+        void collect(named_tensors_type& out, const std::string& prefix, bool params, bool recurse) const;
+        /// The slot of full name `name` (in this module or a descendant), or null.
+        slot* find(const std::string& name, bool params);
+        const slot* find(const std::string& name, bool params) const;
+
+        std::vector<slot> m_parameters;
+        std::vector<slot> m_buffers;
+        named_modules_type m_children;
+        bool m_training = true;
+    };
+}
