@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
@@ -379,6 +380,47 @@ TEST_CASE("second and third derivatives through a small network with batch norm"
             const tensor loss = net(a)[0];
             const auto g = grad({loss}, {a[0], a[1]}, {}, true, true);
             return args{grad({sum(g[0] * g[0]) + sum(g[1] * g[1])}, {a[0], a[1]}, {}, true, true)};
+        };
+        const auto r3 = gradcheck(hvp, xs);
+        CHECK_MESSAGE(r3.ok, r3.message);
+    }
+}
+
+TEST_CASE("second and third derivatives through matmul, reshape to NCHW, BatchNorm2d, relu and a loss")
+{
+    // loss(x, w, scale, offset) = sum(relu(bn(reshape(x @ w, [2, 3, 2, 2])))^2 * weights), the
+    // batch-norm layer's scale and offset being checked inputs too.
+    generator gen(10);
+    const tensor weights = randn({2, 3, 2, 2}, gen, dtype::float64);
+    for (bool training : {true, false})
+    {
+        INFO(std::string(training ? "training" : "eval"));
+        nn::batch_norm_options opt(3);
+        opt.dtype = dtype::float64;
+        opt.eps = 1e-3f;
+        nn::batch_norm2d bn(opt);
+        // Non-trivial running statistics for eval mode: a few training steps first.
+        for (int i = 0; i < 3; ++i)
+            bn(randn({4, 3, 2, 2}, gen, dtype::float64) * 2.0 + 1.0);
+        bn.train(training);
+        auto net = [&](const args& a) {
+            bn.set_parameter("scale", a[2]);
+            bn.set_parameter("offset", a[3]);
+            const tensor h = reshape(matmul(a[0], a[1]), {2, 3, 2, 2});
+            const tensor r = relu(bn(h));
+            return args{sum(mul(mul(r, r), weights))};
+        };
+        const args xs = leaves({randn({2, 4}, gen, dtype::float64), randn({4, 12}, gen, dtype::float64),
+                                randn({3}, gen, dtype::float64) + 1.0, randn({3}, gen, dtype::float64)});
+        const auto r1 = gradcheck(net, xs);
+        CHECK_MESSAGE(r1.ok, r1.message);
+        const auto r2 = gradgradcheck(net, xs);
+        CHECK_MESSAGE(r2.ok, r2.message);
+        auto hvp = [&](const args& a) {
+            const tensor loss = net(a)[0];
+            const auto g = grad({loss}, {a[0], a[1], a[2]}, {}, true, true);
+            return args{grad({sum(g[0] * g[0]) + sum(g[1] * g[1]) + sum(g[2] * g[2])}, {a[0], a[1], a[2]}, {},
+                             true, true)};
         };
         const auto r3 = gradcheck(hvp, xs);
         CHECK_MESSAGE(r3.ok, r3.message);
