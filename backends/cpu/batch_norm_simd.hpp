@@ -1,0 +1,151 @@
+#pragma once
+// Internal to the CPU backend: the SIMD inner loops of the fast batch-norm kernels
+// (batch_norm.cpp), as xsimd functors, following the pattern of simd_kernels.hpp: the bodies
+// are written once (batch_norm_simd_impl.hpp) and compiled once per instruction set, in
+// batch_norm_sse2.cpp (the x86-64 baseline) and batch_norm_avx2.cpp (-mavx2 -mfma -mf16c).
+// batch_norm.cpp sees only these declarations and the `extern template` lines below and picks
+// an instantiation at run time with detail::simd_call (dispatch.hpp).
+//
+// The functors work on float or double (the statistics type). 16-bit tensors are converted to
+// float by batch_norm.cpp in small cache-resident pieces before the functors see them, and
+// outputs are rounded to 16 bits once, after the functor wrote them as float.
+//
+// Every x-like tensor is [outer, C, inner] (batch_norm_kernels.hpp). The functors see it in
+// one of two shapes:
+// - "tile" (channels-last and small inner): rows of `cols` consecutive elements, one column per
+//   (channel, inner index) pair; the per-channel values are expanded to per-column arrays, and
+//   the functor runs SIMD across columns while rows stream past in memory order, the column
+//   sums in a small cache-resident buffer (bn_tile_fn).
+// - "run" (channels-first with a long inner dimension): segments of adjacent channels, walked
+//   in memory order, SIMD along each segment, per-channel values broadcast (bn_run_fn).
+// Elementwise outputs are one affine function of up to three inputs (bn_affine_fn).
+#include <cstdint>
+
+#include <xsimd/xsimd.hpp>
+
+#include "backends/cpu/simd_kernels.hpp" // simd::archs
+
+namespace xgrad::cpu::simd
+{
+    /// Which per-channel sums a reduction functor forms (d = x - m; t_k the summed terms).
+    enum class bn_sums : int
+    {
+        x,        // 1 sum:  x                                 (mean, pass 1)
+        centred,  // 2 sums: d, d*d                            (variance, pass 2)
+        grad,     // 2 sums: g, g*d                            (bn_grad_reduce)
+        grad_out, // 2 sums: g, g*d, and out = g*k             (bn_grad_inference)
+        grad_grad // 5 sums: g, g*d, A, A*d, A*g               (bn_grad_grad_reduce)
+    };
+
+    constexpr int bn_sum_count(bn_sums kind) noexcept
+    {
+        return kind == bn_sums::x ? 1 : kind == bn_sums::grad_grad ? 5 : 2;
+    }
+
+    /// A tile of nrows rows by ncols columns. Row i of input p starts at p + i * in_stride,
+    /// row i of out at out + i * out_stride; m[j], k[j] are the per-column centre and output
+    /// factor. What a kind does not read may be null: x is always read, m by every kind but x,
+    /// g by grad, grad_out and grad_grad, a by grad_grad, k and out by grad_out only.
+    /// Sum s of column j goes to acc[s * acc_stride + j]: assigned (accumulate = false) or added
+    /// to the value there (accumulate = true; lets the caller feed a tile in row pieces with the
+    /// same summation order). Within a column the rows are added in order, one at a time.
+    template <class T>
+    struct bn_tile
+    {
+        const T* x;
+        const T* g;
+        const T* a;
+        T* out;
+        std::int64_t in_stride, out_stride;
+        std::int64_t nrows, ncols;
+        const T* m;
+        const T* k;
+        T* acc;
+        std::int64_t acc_stride;
+        bool accumulate;
+    };
+
+    /// Per-channel state of bn_run: two vector accumulators per sum, at most this many lanes.
+    constexpr std::int64_t bn_state_lanes = 16;
+    constexpr std::int64_t bn_run_state_size(bn_sums kind) noexcept { return 2 * bn_sum_count(kind) * bn_state_lanes; }
+
+    /// A block of segments of n >= 1 elements, walked in memory order: for o < no, for ci < nc,
+    /// segment (o, ci) of every input (and of out) starts at p + o * o_stride + ci * c_stride
+    /// and belongs to the block's channel ci, whose centre and output factor are m[ci], k[ci].
+    /// Channel ci's sums use two vector accumulators (whole batches of a segment alternate
+    /// between them; a segment's last, partial batch goes to the second), kept in
+    /// state + ci * bn_run_state_size(kind) between segments and calls: `init` zeroes them
+    /// first; `finish` writes sums[ci * K + s] (the two added, then their lanes pairwise).
+    /// See batch_norm.cpp for the error bound.
+    template <class T>
+    struct bn_run
+    {
+        const T* x;
+        const T* g;
+        const T* a;
+        T* out;
+        std::int64_t o_stride, c_stride;
+        std::int64_t no, nc, n;
+        const T* m;
+        const T* k;
+        T* state;
+        bool init, finish;
+        T* sums;
+    };
+
+    /// For nrows rows of n elements, row r of out and of every input at p + r * stride:
+    /// out[i] = cA*(a[i] - mA) + cG*(g[i] - mG) + cX*(x[i] - mX) + cK for i < n, with the terms
+    /// of null inputs left out. The coefficients are coef[0..6] = cA, mA, cG, mG, cX, mX, cK,
+    /// each an array read at coef[q][r * coef_row_stride + i * coef_stride]: per column
+    /// (coef_stride 1, coef_row_stride 0: the tile shape) or one value per row (coef_stride 0,
+    /// coef_row_stride 1: the run shape, a row being a channel's segment). Evaluated as
+    /// fma(cA, a - mA, fma(cG, g - mG, fma(cX, x - mX, cK))), the same for every element
+    /// whatever its position in a batch.
+    template <class T>
+    struct bn_affine
+    {
+        T* out;
+        const T* a;
+        const T* g;
+        const T* x;
+        const T* coef[7];
+        std::int64_t coef_stride, coef_row_stride;
+        std::int64_t nrows, n, stride;
+    };
+
+    struct bn_tile_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, const bn_tile<T>* tile, bn_sums kind) const noexcept;
+    };
+
+    /// Writes out when kind is grad_out.
+    struct bn_run_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, const bn_run<T>* run, bn_sums kind) const noexcept;
+    };
+
+    struct bn_affine_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, const bn_affine<T>* p) const noexcept;
+    };
+}
+
+// One line per functor, element type and instruction set; `EXTERN` is `extern` for the
+// declarations below and empty for the definitions in batch_norm_<arch>.cpp.
+#define XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                    \
+    EXTERN template void xgrad::cpu::simd::bn_tile_fn::operator()<ARCH, T>(                                    \
+        ARCH, const xgrad::cpu::simd::bn_tile<T>*, xgrad::cpu::simd::bn_sums) const noexcept;                  \
+    EXTERN template void xgrad::cpu::simd::bn_run_fn::operator()<ARCH, T>(                                     \
+        ARCH, const xgrad::cpu::simd::bn_run<T>*, xgrad::cpu::simd::bn_sums) const noexcept;                   \
+    EXTERN template void xgrad::cpu::simd::bn_affine_fn::operator()<ARCH, T>(                                  \
+        ARCH, const xgrad::cpu::simd::bn_affine<T>*) const noexcept;
+
+#define XGRAD_CPU_BN_SIMD_INSTANTIATE(EXTERN, ARCH)                                                            \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                    \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)
+
+XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::sse2)
+XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)

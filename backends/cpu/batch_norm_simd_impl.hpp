@@ -1,0 +1,465 @@
+#pragma once
+// Bodies of the batch-norm SIMD functors declared in batch_norm_simd.hpp. Included ONLY by the
+// per-instruction-set translation units (batch_norm_sse2.cpp, batch_norm_avx2.cpp), each
+// compiled with its own flags and explicitly instantiating the functors for its one
+// architecture.
+//
+// As in simd_kernels_impl.hpp, every helper here is a template on the architecture (or a
+// constant) and no standard-library function is called, so no inline function compiled with
+// -mavx2 can be shared with (and picked by the linker for) code that a pre-AVX2 processor runs.
+// A row or segment whose length is not a multiple of the lanes ends with a whole batch that
+// overlaps the previous one (reductions mask off the lanes already counted; elementwise
+// outputs recompute them identically), so the same vector code computes every element; only
+// rows shorter than one batch go through a padded batch.
+#include <type_traits>
+#include <utility>
+
+#include "backends/cpu/batch_norm_simd.hpp"
+
+namespace xgrad::cpu::simd
+{
+    namespace bn_impl
+    {
+        template <class Arch, class T>
+        using batch = xsimd::batch<T, Arch>;
+
+        template <class Arch, class T>
+        constexpr std::int64_t lanes = static_cast<std::int64_t>(batch<Arch, T>::size);
+
+        /// f(std::integral_constant<int, I>{}) for I = 0 .. N-1, unrolled at compile time (so
+        /// arrays of batches indexed by I stay in registers).
+        template <class Arch, int N>
+        struct unroll
+        {
+            template <class F, int... I>
+            static void run(F& f, std::integer_sequence<int, I...>) noexcept
+            {
+                (f(std::integral_constant<int, I>{}), ...);
+            }
+            template <class F>
+            static void apply(F&& f) noexcept
+            {
+                run(f, std::make_integer_sequence<int, N>{});
+            }
+        };
+
+        /// A full batch at p, or (Tail) the first rem < lanes elements padded with 0.
+        template <class Arch, class T, bool Tail>
+        batch<Arch, T> load(const T* p, std::int64_t rem) noexcept
+        {
+            if constexpr (!Tail)
+                return batch<Arch, T>::load_unaligned(p);
+            else
+            {
+                alignas(64) T buf[lanes<Arch, T>];
+                for (std::int64_t j = 0; j < lanes<Arch, T>; ++j)
+                    buf[j] = j < rem ? p[j] : T(0);
+                return batch<Arch, T>::load_aligned(buf);
+            }
+        }
+
+        template <class Arch, class T, bool Tail>
+        void store(T* p, const batch<Arch, T>& v, std::int64_t rem) noexcept
+        {
+            if constexpr (!Tail)
+                v.store_unaligned(p);
+            else
+            {
+                alignas(64) T buf[lanes<Arch, T>];
+                v.store_aligned(buf);
+                for (std::int64_t j = 0; j < rem; ++j)
+                    p[j] = buf[j];
+            }
+        }
+
+        /// The lanes of s combined pairwise (lane j with lane j + half, halving): log2(lanes)
+        /// levels.
+        template <class Arch, class T>
+        T combine_lanes(const batch<Arch, T>& s) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            alignas(64) T v[w];
+            s.store_aligned(v);
+            for (std::int64_t half = w / 2; half >= 1; half /= 2)
+                for (std::int64_t j = 0; j < half; ++j)
+                    v[j] = v[j] + v[j + half];
+            return v[0];
+        }
+
+        /// Which operands a kind reads (constants, not functions: nothing to share between the
+        /// instruction-set units).
+        template <bn_sums K>
+        constexpr bool reads_m = K != bn_sums::x;
+        template <bn_sums K>
+        constexpr bool reads_g = K == bn_sums::grad || K == bn_sums::grad_out || K == bn_sums::grad_grad;
+        template <bn_sums K>
+        constexpr bool reads_a = K == bn_sums::grad_grad;
+        template <bn_sums K>
+        constexpr int sum_count = bn_sum_count(K);
+
+        /// Adds one batch of terms to the kind's accumulators (d = x - m).
+        template <bn_sums Kind, class Arch, class T>
+        void add_terms(batch<Arch, T>* acc, const batch<Arch, T>& x, const batch<Arch, T>& g,
+                       const batch<Arch, T>& a, const batch<Arch, T>& m) noexcept
+        {
+            if constexpr (Kind == bn_sums::x)
+                acc[0] += x;
+            else if constexpr (Kind == bn_sums::centred)
+            {
+                const batch<Arch, T> d = x - m;
+                acc[0] += d;
+                acc[1] = xsimd::fma(d, d, acc[1]);
+            }
+            else if constexpr (Kind == bn_sums::grad || Kind == bn_sums::grad_out)
+            {
+                acc[0] += g;
+                acc[1] = xsimd::fma(g, batch<Arch, T>(x - m), acc[1]);
+            }
+            else
+            {
+                const batch<Arch, T> d = x - m;
+                acc[0] += g;
+                acc[1] = xsimd::fma(g, d, acc[1]);
+                acc[2] += a;
+                acc[3] = xsimd::fma(a, d, acc[3]);
+                acc[4] = xsimd::fma(a, g, acc[4]);
+            }
+        }
+
+        /// The operands of one batch (g, a zero when the kind does not read them).
+        template <class Arch, class T>
+        struct operands
+        {
+            batch<Arch, T> x, g, a;
+        };
+
+        template <bn_sums Kind, bool Tail, class Arch, class T>
+        operands<Arch, T> load_operands(const T* x, const T* g, const T* a, std::int64_t i, std::int64_t rem) noexcept
+        {
+            const batch<Arch, T> zero(T(0));
+            return {load<Arch, T, Tail>(x + i, rem), reads_g<Kind> ? load<Arch, T, Tail>(g + i, rem) : zero,
+                    reads_a<Kind> ? load<Arch, T, Tail>(a + i, rem) : zero};
+        }
+
+        /// Lanes first .. lanes-1 (the new elements of a batch that overlaps the previous one).
+        template <class Arch, class T>
+        xsimd::batch_bool<T, Arch> lanes_from(std::int64_t first) noexcept
+        {
+            alignas(64) T idx[lanes<Arch, T>];
+            for (std::int64_t j = 0; j < lanes<Arch, T>; ++j)
+                idx[j] = static_cast<T>(j);
+            return batch<Arch, T>::load_aligned(idx) >= batch<Arch, T>(static_cast<T>(first));
+        }
+
+        /// add_terms for the lanes in `keep` only (the others add exactly 0).
+        template <bn_sums Kind, class Arch, class T>
+        void add_terms_masked(batch<Arch, T>* acc, const operands<Arch, T>& v, const batch<Arch, T>& m,
+                              const xsimd::batch_bool<T, Arch>& keep) noexcept
+        {
+            using B = batch<Arch, T>;
+            constexpr int K = sum_count<Kind>;
+            const B zero(T(0));
+            B part[K];
+            unroll<Arch, K>::apply([&](auto si) { part[decltype(si)::value] = zero; });
+            add_terms<Kind, Arch, T>(part, v.x, v.g, v.a, m);
+            unroll<Arch, K>::apply([&](auto si) {
+                constexpr int s = decltype(si)::value;
+                acc[s] += xsimd::select(keep, part[s], zero);
+            });
+        }
+
+        /// Column accumulators [j, j + lanes) of a tile in memory, updated with one row's
+        /// operands v: all lanes, or (Tail) the first rem, or (Masked) the lanes in keep. First:
+        /// the accumulators start from 0 instead of their value in memory (Masked: only the
+        /// lanes in keep; the others were written by this row already).
+        template <bn_sums Kind, bool Tail, bool Masked, bool First, class Arch, class T>
+        void tile_update(const bn_tile<T>& t, std::int64_t row, std::int64_t j, std::int64_t rem,
+                         const operands<Arch, T>& v, const xsimd::batch_bool<T, Arch>& keep) noexcept
+        {
+            using B = batch<Arch, T>;
+            constexpr int K = sum_count<Kind>;
+            B acc[K];
+            unroll<Arch, K>::apply([&](auto si) {
+                constexpr int s = decltype(si)::value;
+                if constexpr (First && Masked) // the lanes outside keep were written by this row
+                    acc[s] = xsimd::select(keep, B(T(0)), load<Arch, T, Tail>(t.acc + s * t.acc_stride + j, rem));
+                else if constexpr (First)
+                    acc[s] = B(T(0));
+                else
+                    acc[s] = load<Arch, T, Tail>(t.acc + s * t.acc_stride + j, rem);
+            });
+            const B m = reads_m<Kind> ? load<Arch, T, Tail>(t.m + j, rem) : B(T(0));
+            if constexpr (Masked)
+                add_terms_masked<Kind, Arch, T>(acc, v, m, keep);
+            else
+                add_terms<Kind, Arch, T>(acc, v.x, v.g, v.a, m);
+            if constexpr (Kind == bn_sums::grad_out)
+                store<Arch, T, Tail>(t.out + row * t.out_stride + j, B(v.g * load<Arch, T, Tail>(t.k + j, rem)), rem);
+            unroll<Arch, K>::apply([&](auto si) {
+                constexpr int s = decltype(si)::value;
+                store<Arch, T, Tail>(t.acc + s * t.acc_stride + j, acc[s], rem);
+            });
+        }
+
+        /// Rows [r0, r1) of a tile. `t` is a copy: stores through the data pointers cannot make
+        /// the compiler reload its fields.
+        template <bn_sums Kind, bool First, class Arch, class T>
+        void tile_rows(const bn_tile<T> t, std::int64_t r0, std::int64_t r1) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            const xsimd::batch_bool<T, Arch> all(true);
+            if (t.ncols < w)
+            {
+                for (std::int64_t r = r0; r < r1; ++r)
+                    tile_update<Kind, true, false, First, Arch, T>(
+                        t, r, 0, t.ncols, load_operands<Kind, true, Arch, T>(t.x, t.g, t.a, r * t.in_stride, t.ncols),
+                        all);
+                return;
+            }
+            const std::int64_t full = t.ncols / w * w, rem = t.ncols - full, jt = rem ? t.ncols - w : 0;
+            const auto keep = lanes_from<Arch, T>(w - rem);
+            for (std::int64_t r = r0; r < r1; ++r)
+            {
+                const std::int64_t in = r * t.in_stride;
+                const auto last = load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, in + jt, 0);
+                for (std::int64_t j = 0; j < full; j += w)
+                    tile_update<Kind, false, false, First, Arch, T>(
+                        t, r, j, 0, load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, in + j, 0), all);
+                if (rem)
+                    tile_update<Kind, false, true, First, Arch, T>(t, r, jt, 0, last, keep);
+            }
+        }
+
+        /// Rows stream past in memory order; the column accumulators live in t.acc (a few KB,
+        /// cache-resident), so the tile is read row by row, contiguously. A row whose length is
+        /// not a multiple of the lanes ends with a batch overlapping the previous one, its
+        /// already-counted lanes masked off (its operands are loaded before the row's outputs
+        /// are written, so an output aliasing an input would still be right).
+        template <bn_sums Kind, class Arch, class T>
+        void tile(const bn_tile<T>& t) noexcept
+        {
+            if (t.nrows <= 0)
+                return;
+            if (t.accumulate)
+                tile_rows<Kind, false, Arch, T>(t, 0, t.nrows);
+            else
+            {
+                tile_rows<Kind, true, Arch, T>(t, 0, 1);
+                tile_rows<Kind, false, Arch, T>(t, 1, t.nrows);
+            }
+        }
+
+        /// One segment of n >= lanes elements at base into the accumulators acc0, acc1: whole
+        /// batches alternate between them; if n is not a multiple of the lanes, the segment ends
+        /// with a batch overlapping the previous one, its already-counted lanes masked off, into
+        /// acc1 (its operands are loaded first, so an output aliasing an input would still be
+        /// right).
+        template <bn_sums Kind, class Arch, class T>
+        void run_segment(const bn_run<T>& r, std::int64_t base, batch<Arch, T>* acc0, batch<Arch, T>* acc1,
+                         const batch<Arch, T>& m, const batch<Arch, T>& k,
+                         const xsimd::batch_bool<T, Arch>& keep) noexcept
+        {
+            using B = batch<Arch, T>;
+            constexpr std::int64_t w = lanes<Arch, T>;
+            const std::int64_t full = r.n / w * w, rem = r.n - full;
+            auto out = [&](std::int64_t i, const B& g) {
+                if constexpr (Kind == bn_sums::grad_out)
+                    store<Arch, T, false>(r.out + i, B(g * k), 0);
+            };
+            const auto last = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + (rem ? r.n - w : 0), 0);
+            std::int64_t i = 0;
+            for (; i + 2 * w <= full; i += 2 * w)
+            {
+                const auto v0 = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + i, 0);
+                const auto v1 = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + i + w, 0);
+                add_terms<Kind, Arch, T>(acc0, v0.x, v0.g, v0.a, m);
+                add_terms<Kind, Arch, T>(acc1, v1.x, v1.g, v1.a, m);
+                out(base + i, v0.g);
+                out(base + i + w, v1.g);
+            }
+            if (i < full)
+            {
+                const auto v = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + i, 0);
+                add_terms<Kind, Arch, T>(acc0, v.x, v.g, v.a, m);
+                out(base + i, v.g);
+            }
+            if (rem)
+            {
+                add_terms_masked<Kind, Arch, T>(acc1, last, m, keep);
+                out(base + r.n - w, last.g);
+            }
+        }
+
+        /// `r` is a copy: stores through the data pointers cannot make the compiler reload it.
+        template <bn_sums Kind, class Arch, class T>
+        void run(const bn_run<T> r) noexcept
+        {
+            using B = batch<Arch, T>;
+            constexpr std::int64_t w = lanes<Arch, T>;
+            constexpr int K = sum_count<Kind>;
+            constexpr std::int64_t state = 2 * sum_count<Kind> * bn_state_lanes;
+            static_assert(w <= bn_state_lanes, "bn_state_lanes too small for this architecture");
+            const B zero(T(0));
+            if (r.init)
+                for (std::int64_t ci = 0; ci < r.nc; ++ci)
+                    for (int s = 0; s < 2 * K; ++s)
+                        zero.store_unaligned(r.state + ci * state + s * bn_state_lanes);
+            const auto keep = r.n < w ? !lanes_from<Arch, T>(r.n) : lanes_from<Arch, T>(w - r.n % w);
+            for (std::int64_t o = 0; o < r.no; ++o)
+                for (std::int64_t ci = 0; ci < r.nc; ++ci)
+                {
+                    T* st = r.state + ci * state;
+                    B acc0[K], acc1[K];
+                    unroll<Arch, K>::apply([&](auto si) {
+                        constexpr int s = decltype(si)::value;
+                        acc0[s] = B::load_unaligned(st + s * bn_state_lanes);
+                        acc1[s] = B::load_unaligned(st + (K + s) * bn_state_lanes);
+                    });
+                    const B m = reads_m<Kind> ? B(r.m[ci]) : zero;
+                    const B k = Kind == bn_sums::grad_out ? B(r.k[ci]) : zero;
+                    const std::int64_t base = o * r.o_stride + ci * r.c_stride;
+                    if (r.n >= w)
+                        run_segment<Kind, Arch, T>(r, base, acc0, acc1, m, k, keep);
+                    else
+                    {
+                        // A segment shorter than a batch: one padded batch, padding masked off.
+                        const auto v = load_operands<Kind, true, Arch, T>(r.x, r.g, r.a, base, r.n);
+                        add_terms_masked<Kind, Arch, T>(acc1, v, m, keep);
+                        if constexpr (Kind == bn_sums::grad_out)
+                            store<Arch, T, true>(r.out + base, B(v.g * k), r.n);
+                    }
+                    unroll<Arch, K>::apply([&](auto si) {
+                        constexpr int s = decltype(si)::value;
+                        acc0[s].store_unaligned(st + s * bn_state_lanes);
+                        acc1[s].store_unaligned(st + (K + s) * bn_state_lanes);
+                    });
+                }
+            if (r.finish)
+                for (std::int64_t ci = 0; ci < r.nc; ++ci)
+                {
+                    const T* st = r.state + ci * state;
+                    for (int s = 0; s < K; ++s)
+                    {
+                        const B sum = B::load_unaligned(st + s * bn_state_lanes) +
+                                      B::load_unaligned(st + (K + s) * bn_state_lanes);
+                        r.sums[ci * K + s] = combine_lanes<Arch, T>(sum);
+                    }
+                }
+        }
+
+        /// A coefficient of bn_affine: per element (PerElem) or one broadcast value.
+        template <class Arch, class T, bool PerElem>
+        struct coef
+        {
+            const T* p;
+            batch<Arch, T> value;
+
+            template <bool Tail>
+            batch<Arch, T> at(std::int64_t i, std::int64_t rem) const noexcept
+            {
+                if constexpr (PerElem)
+                    return load<Arch, T, Tail>(p + i, rem);
+                else
+                    return value;
+            }
+        };
+
+        /// Rows of n elements; a row whose length is not a multiple of the lanes ends with a
+        /// batch overlapping the previous one (the overlapped elements are recomputed from the
+        /// same inputs by the same code, so they come out the same; that batch is computed
+        /// before the row is written, so an output aliasing an input would still be right).
+        /// Rows shorter than a batch use one padded batch.
+        template <bool HA, bool HG, bool HX, bool PerElem, class Arch, class T>
+        void affine(const bn_affine<T> p) noexcept
+        {
+            using B = batch<Arch, T>;
+            using C = coef<Arch, T, PerElem>;
+            constexpr std::int64_t w = lanes<Arch, T>;
+            C c[7];
+            // The batch of elements [i, i + lanes) (or the first rem of them) of the row at o.
+            auto eval = [&](auto tail, std::int64_t o, std::int64_t i, std::int64_t rem) {
+                constexpr bool Tail = decltype(tail)::value;
+                B r = c[6].template at<Tail>(i, rem);
+                if constexpr (HX)
+                    r = xsimd::fma(c[4].template at<Tail>(i, rem),
+                                   B(load<Arch, T, Tail>(p.x + o + i, rem) - c[5].template at<Tail>(i, rem)), r);
+                if constexpr (HG)
+                    r = xsimd::fma(c[2].template at<Tail>(i, rem),
+                                   B(load<Arch, T, Tail>(p.g + o + i, rem) - c[3].template at<Tail>(i, rem)), r);
+                if constexpr (HA)
+                    r = xsimd::fma(c[0].template at<Tail>(i, rem),
+                                   B(load<Arch, T, Tail>(p.a + o + i, rem) - c[1].template at<Tail>(i, rem)), r);
+                return r;
+            };
+            const std::int64_t full = p.n / w * w, rem = p.n - full;
+            for (std::int64_t row = 0; row < p.nrows; ++row)
+            {
+                const std::int64_t o = row * p.stride, co = row * p.coef_row_stride;
+                for (int q = 0; q < 7; ++q)
+                    c[q] = C{p.coef[q] + co, PerElem ? B(T(0)) : B(p.coef[q][co])};
+                if (p.n < w)
+                {
+                    store<Arch, T, true>(p.out + o, eval(std::true_type{}, o, 0, p.n), p.n);
+                    continue;
+                }
+                const B last = eval(std::false_type{}, o, rem ? p.n - w : 0, 0);
+                for (std::int64_t i = 0; i < full; i += w)
+                    store<Arch, T, false>(p.out + o + i, eval(std::false_type{}, o, i, 0), 0);
+                if (rem)
+                    store<Arch, T, false>(p.out + o + p.n - w, last, 0);
+            }
+        }
+
+        template <bool HA, bool HG, bool HX, class Arch, class T>
+        void affine_stride(const bn_affine<T>& p) noexcept
+        {
+            if (p.coef_stride != 0)
+                affine<HA, HG, HX, true, Arch, T>(p);
+            else
+                affine<HA, HG, HX, false, Arch, T>(p);
+        }
+    }
+
+    template <class Arch, class T>
+    void bn_tile_fn::operator()(Arch, const bn_tile<T>* tile, bn_sums kind) const noexcept
+    {
+        switch (kind)
+        {
+        case bn_sums::x: return bn_impl::tile<bn_sums::x, Arch, T>(*tile);
+        case bn_sums::centred: return bn_impl::tile<bn_sums::centred, Arch, T>(*tile);
+        case bn_sums::grad: return bn_impl::tile<bn_sums::grad, Arch, T>(*tile);
+        case bn_sums::grad_out: return bn_impl::tile<bn_sums::grad_out, Arch, T>(*tile);
+        case bn_sums::grad_grad: return bn_impl::tile<bn_sums::grad_grad, Arch, T>(*tile);
+        }
+    }
+
+    template <class Arch, class T>
+    void bn_run_fn::operator()(Arch, const bn_run<T>* run, bn_sums kind) const noexcept
+    {
+        switch (kind)
+        {
+        case bn_sums::x: return bn_impl::run<bn_sums::x, Arch, T>(*run);
+        case bn_sums::centred: return bn_impl::run<bn_sums::centred, Arch, T>(*run);
+        case bn_sums::grad: return bn_impl::run<bn_sums::grad, Arch, T>(*run);
+        case bn_sums::grad_out: return bn_impl::run<bn_sums::grad_out, Arch, T>(*run);
+        case bn_sums::grad_grad: return bn_impl::run<bn_sums::grad_grad, Arch, T>(*run);
+        }
+    }
+
+    template <class Arch, class T>
+    void bn_affine_fn::operator()(Arch, const bn_affine<T>* p) const noexcept
+    {
+        const int present = (p->a ? 4 : 0) | (p->g ? 2 : 0) | (p->x ? 1 : 0);
+        switch (present)
+        {
+        case 0: return bn_impl::affine_stride<false, false, false, Arch, T>(*p);
+        case 1: return bn_impl::affine_stride<false, false, true, Arch, T>(*p);
+        case 2: return bn_impl::affine_stride<false, true, false, Arch, T>(*p);
+        case 3: return bn_impl::affine_stride<false, true, true, Arch, T>(*p);
+        case 4: return bn_impl::affine_stride<true, false, false, Arch, T>(*p);
+        case 5: return bn_impl::affine_stride<true, false, true, Arch, T>(*p);
+        case 6: return bn_impl::affine_stride<true, true, false, Arch, T>(*p);
+        default: return bn_impl::affine_stride<true, true, true, Arch, T>(*p);
+        }
+    }
+}
