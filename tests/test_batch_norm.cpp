@@ -426,3 +426,43 @@ TEST_CASE("second and third derivatives through matmul, reshape to NCHW, BatchNo
         CHECK_MESSAGE(r3.ok, r3.message);
     }
 }
+
+TEST_CASE("the contract's large shapes: [27, 131, 127, 6] and the empty [0, 131, 127, 6]")
+{
+    // R = 449,199 elements per channel. The fused float32 result is compared with the composite
+    // formula evaluated in float64 on the same inputs. Float32 blocked sums of R terms err by at
+    // most ~(85 + log2 R) u sum|t| (backends/cpu/batch_norm.cpp), ~6e-6 of the sum of
+    // magnitudes, i.e. ~6e-6 of R for O(1) terms; divided by R in the formulas this leaves
+    // ~1e-5 of the tensor's magnitude, so 1e-4 relative to the largest |value| is a safe bound
+    // that still catches any wrong term (which would be O(1) relative).
+    generator gen(11);
+    const shape_type shape = {27, 131, 127, 6};
+    const tensor x = randn(shape, gen) * 3.0 + 1.0, dy = randn(shape, gen);
+    const tensor scale = randn({6}, gen) + 1.0, offset = randn({6}, gen);
+    batch_norm_attrs at;
+    const auto f = fused_batch_norm(x, scale, offset, zeros({0}), zeros({0}), at);
+    const auto g = fused_batch_norm_grad(dy, x, scale, f.reserve_space_1, f.reserve_space_2, {}, at);
+    const auto c = batch_norm_grad_composite(dy.to(dtype::float64), x.to(dtype::float64), scale.to(dtype::float64),
+                                             f.reserve_space_1.to(dtype::float64),
+                                             f.reserve_space_2.to(dtype::float64), at);
+    auto norm_rel = [](const tensor& got, const tensor& want) {
+        const auto gv = to_vector(got), wv = to_vector(want);
+        double diff = 0, mag = 0;
+        for (std::size_t i = 0; i < gv.size(); ++i)
+        {
+            diff = std::max(diff, std::abs(gv[i] - wv[i]));
+            mag = std::max(mag, std::abs(wv[i]));
+        }
+        return diff / std::max(mag, 1e-30);
+    };
+    CHECK(norm_rel(g.x_backprop, c.x_backprop) < 1e-4);
+    CHECK(norm_rel(g.scale_backprop, c.scale_backprop) < 1e-4);
+    CHECK(norm_rel(g.offset_backprop, c.offset_backprop) < 1e-4);
+    // The moments against float64 means of the same data.
+    const tensor m64 = mean(x.to(dtype::float64), {0, 1, 2});
+    CHECK(norm_rel(f.reserve_space_1, m64) < 1e-5);
+    const auto e = fused_batch_norm(zeros({0, 131, 127, 6}), scale, offset, zeros({0}), zeros({0}), at);
+    CHECK(e.y.shape() == shape_type{0, 131, 127, 6});
+    for (double v : to_vector(e.batch_mean))
+        CHECK(std::isnan(v));
+}
