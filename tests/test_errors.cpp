@@ -1,27 +1,11 @@
 // Bad input gives an exception whose message names what was wrong.
 #include <doctest/doctest.h>
 
+#include "check_error.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
 
-#define CHECK_ERROR(expr, type, ...)                                                                                   \
-    do                                                                                                                 \
-    {                                                                                                                  \
-        bool thrown = false;                                                                                           \
-        try                                                                                                            \
-        {                                                                                                              \
-            (void)(expr);                                                                                              \
-        }                                                                                                              \
-        catch (const type& e)                                                                                          \
-        {                                                                                                              \
-            thrown = true;                                                                                             \
-            const std::string msg = e.what();                                                                          \
-            for (const char* part : {__VA_ARGS__})                                                                     \
-                CHECK_MESSAGE(msg.find(part) != std::string::npos, "message '" << msg << "' lacks '" << part << "'"); \
-        }                                                                                                              \
-        CHECK_MESSAGE(thrown, #expr " did not throw " #type);                                                          \
-    } while (0)
 
 TEST_CASE("shape errors name the shapes")
 {

@@ -11,29 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "check_error.hpp"
 #include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
 
-// Checks that expr throws `type` and that the message contains every one of the parts.
-#define CHECK_ERROR(expr, type, ...)                                                                                   \
-    do                                                                                                                 \
-    {                                                                                                                  \
-        bool thrown = false;                                                                                           \
-        try                                                                                                            \
-        {                                                                                                              \
-            (void)(expr);                                                                                              \
-        }                                                                                                              \
-        catch (const type& e)                                                                                          \
-        {                                                                                                              \
-            thrown = true;                                                                                             \
-            const std::string msg = e.what();                                                                          \
-            for (const char* part : {__VA_ARGS__})                                                                     \
-                CHECK_MESSAGE(msg.find(part) != std::string::npos, "'" << std::string(part) << "' not in: " << msg); \
-        }                                                                                                              \
-        CHECK_MESSAGE(thrown, #expr " did not throw " #type);                                                          \
-    } while (false)
 
 namespace
 {
