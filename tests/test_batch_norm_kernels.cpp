@@ -11,8 +11,8 @@
 // double from the same inputs):
 // - Sums of R terms t_i (bn_grad_reduce, bn_grad_inference, bn_grad_grad_reduce): the fast
 //   kernel forms each term with relative error <= 2u and adds them along a fixed tree of depth
-//   <= D = 148 + ceil(log2 R) (batch_norm.cpp derives 85 + ceil(log2 R) for float, 148 for
-//   double; the larger is used for both), plus one rounding when a sum is scaled by r; the
+//   <= D = 148 + ceil(log2 R) (batch_norm_plan.hpp derives 85 + ceil(log2 R) for float, 148
+//   for double; the larger is used for both), plus one rounding when a sum is scaled by r; the
 //   reference accumulates in double left to right (error <= R 2^-53 sum|t|) and rounds once to
 //   S. Allowed: ((D + 3) u + R 2^-53) sum|t_i| + u |want|. For float and R = 10^4 that is
 //   165 u ~ 1e-5 relative to sum|t_i|: the "~1e-5 of the magnitudes involved".

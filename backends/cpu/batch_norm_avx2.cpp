@@ -8,7 +8,7 @@
 // function for the whole library. The functor helpers are all templates on the architecture.
 // float16 <-> float32 conversion with F16C is not done here but by the existing bulk
 // functions of kernels_avx2.cpp (simd::f16_to_f32_f16c, simd::f32_to_f16_f16c), which
-// batch_norm.cpp calls on its cache-resident pieces.
+// batch_norm_convert.cpp calls on the kernels' cache-resident pieces.
 #include "backends/cpu/batch_norm_simd_impl.hpp"
 
 XGRAD_CPU_BN_SIMD_INSTANTIATE(, xsimd::fma3<xsimd::avx2>)

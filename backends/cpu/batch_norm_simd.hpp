@@ -7,8 +7,9 @@
 // an instantiation at run time with detail::simd_call (dispatch.hpp).
 //
 // The functors work on float or double (the statistics type). 16-bit tensors are converted to
-// float by batch_norm.cpp in small cache-resident pieces before the functors see them, and
-// outputs are rounded to 16 bits once, after the functor wrote them as float.
+// float by batch_norm.cpp (batch_norm_convert.hpp) in small cache-resident pieces before the
+// functors see them, and outputs are rounded to 16 bits once, after the functor wrote them as
+// float.
 //
 // Every x-like tensor is [outer, C, inner] (batch_norm_kernels.hpp). The functors see it in
 // one of two shapes:
