@@ -53,11 +53,13 @@
 #include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "xgrad/half.hpp"
+#include "xgrad/interop.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace
 {
     namespace cpu = xgrad::cpu;
+    using xgrad::dtype_of;
     using xgrad::bfloat16_t;
     using xgrad::dtype;
     using xgrad::float16_t;
@@ -99,29 +101,9 @@ namespace
     using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
     template <class T>
-    constexpr dtype dtype_of()
-    {
-        if constexpr (std::is_same_v<T, float>)
-            return dtype::float32;
-        else if constexpr (std::is_same_v<T, double>)
-            return dtype::float64;
-        else if constexpr (std::is_same_v<T, float16_t>)
-            return dtype::float16;
-        else
-            return dtype::bfloat16;
-    }
-
-    template <class T>
     const char* dtype_name()
     {
-        if constexpr (std::is_same_v<T, float>)
-            return "float32";
-        else if constexpr (std::is_same_v<T, double>)
-            return "float64";
-        else if constexpr (std::is_same_v<T, float16_t>)
-            return "float16";
-        else
-            return "bfloat16";
+        return xgrad::name(dtype_of<T>()).data(); // views of string literals
     }
 
     template <class T>
