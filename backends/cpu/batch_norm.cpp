@@ -55,19 +55,7 @@ namespace xgrad::cpu
         using bn_detail::tree_combine;
         using bn_detail::tree_combine_span;
 
-        /// Calls f(T{}, S{}) with T the element type of xdt and S the statistics type.
-        template <class F>
-        void visit(dtype xdt, F&& f)
-        {
-            detail::visit_dtype(xdt, [&](auto t) {
-                using T = decltype(t);
-                if constexpr (!std::is_same_v<T, std::int64_t>)
-                {
-                    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-                    f(T{}, S{});
-                }
-            });
-        }
+        using detail::visit_with_stats;
         // ---------------------------------------------------------------------------------
         // Reductions: sums[s * C + c] for s < bn_sum_count(kind); kind grad_out also writes
         // out = g * k[c]. m, k: per channel (null when the kind does not read them).
@@ -362,7 +350,7 @@ namespace xgrad::cpu
     {
         if (use_reference())
             return reference::bn_moments(mean, var, x, xdt, outer, C, inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             S* mo = static_cast<S*>(mean);
@@ -398,7 +386,7 @@ namespace xgrad::cpu
     {
         if (use_reference())
             return reference::bn_normalize(y, x, scale, offset, mean, var, eps, xdt, outer, C, inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             auto coef = coef_table<S>(C);
@@ -421,7 +409,7 @@ namespace xgrad::cpu
     {
         if (use_reference())
             return reference::bn_grad_reduce(sum_dy, sum_dy_xc, dy, x, mean, xdt, outer, C, inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const operands<T, S> io{static_cast<const T*>(x), static_cast<const T*>(dy), nullptr, nullptr, use_f16c()};
@@ -438,7 +426,7 @@ namespace xgrad::cpu
     {
         if (use_reference())
             return reference::bn_grad_apply(dx, dy, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const auto R = static_cast<double>(outer * inner);
@@ -468,7 +456,7 @@ namespace xgrad::cpu
         if (use_reference())
             return reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, scale, mean, var, eps, xdt, outer, C,
                                                 inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             std::vector<S> k(static_cast<std::size_t>(C));
@@ -489,7 +477,7 @@ namespace xgrad::cpu
     {
         if (use_reference())
             return reference::bn_grad_grad_reduce(sums, A, g, x, mean, var, eps, xdt, outer, C, inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const operands<T, S> io{static_cast<const T*>(x), static_cast<const T*>(g), static_cast<const T*>(A),
@@ -517,7 +505,7 @@ namespace xgrad::cpu
                                                  outer, C, inner);
         if (!d_g && !d_x)
             return;
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const auto R = static_cast<double>(outer * inner);

@@ -12,19 +12,7 @@ namespace xgrad::cpu::reference
 {
     namespace
     {
-        /// Calls f(T{}, S{}) with T the element type of xdt and S the statistics type.
-        template <class F>
-        void visit(dtype xdt, F&& f)
-        {
-            detail::visit_dtype(xdt, [&](auto t) {
-                using T = decltype(t);
-                if constexpr (!std::is_same_v<T, std::int64_t>)
-                {
-                    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-                    f(T{}, S{});
-                }
-            });
-        }
+        using detail::visit_with_stats;
 
         template <class T>
         double load(const void* p, std::int64_t i)
@@ -60,7 +48,7 @@ namespace xgrad::cpu::reference
     void bn_moments(void* mean, void* var, const void* x, dtype xdt, std::int64_t outer, std::int64_t C,
                     std::int64_t inner)
     {
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const double R = static_cast<double>(outer * inner);
@@ -83,7 +71,7 @@ namespace xgrad::cpu::reference
     void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
                       const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const bool d = std::is_same_v<S, double>;
@@ -98,7 +86,7 @@ namespace xgrad::cpu::reference
     void bn_grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* mean, dtype xdt,
                         std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             std::vector<double> a(static_cast<std::size_t>(C), 0.0), b(static_cast<std::size_t>(C), 0.0);
@@ -119,7 +107,7 @@ namespace xgrad::cpu::reference
                        const void* sum_dy, const void* sum_dy_xc, double eps, dtype xdt, std::int64_t outer,
                        std::int64_t C, std::int64_t inner)
     {
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const double R = static_cast<double>(outer * inner);
@@ -138,7 +126,7 @@ namespace xgrad::cpu::reference
                            std::int64_t C, std::int64_t inner)
     {
         bn_grad_reduce(sum_dy, sum_dy_xc, dy, x, mean, xdt, outer, C, inner);
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
@@ -152,7 +140,7 @@ namespace xgrad::cpu::reference
                              const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C,
                              std::int64_t inner)
     {
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             std::vector<double> acc(static_cast<std::size_t>(5 * C), 0.0);
@@ -176,7 +164,7 @@ namespace xgrad::cpu::reference
                             double eps, bool training, dtype xdt, std::int64_t outer, std::int64_t C,
                             std::int64_t inner)
     {
-        visit(xdt, [&](auto t, auto s) {
+        visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             const double R = static_cast<double>(outer * inner);

@@ -34,6 +34,21 @@ namespace xgrad::cpu::detail
         return f(std::int64_t{});
     }
 
+    /// For a floating dtype: calls f(T{}, S{}) with T its element type and S the statistics
+    /// type the batch-norm kernels compute in (double for float64, float otherwise).
+    template <class F>
+    void visit_with_stats(dtype dt, F&& f)
+    {
+        visit_dtype(dt, [&](auto t) {
+            using T = decltype(t);
+            if constexpr (!std::is_same_v<T, std::int64_t>)
+            {
+                using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+                f(T{}, S{});
+            }
+        });
+    }
+
     /// The int64 v rounded to double with round-to-odd (exact when |v| < 2^53).
     inline double int64_to_double_round_odd(std::int64_t v) noexcept
     {
