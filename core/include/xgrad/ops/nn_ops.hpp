@@ -136,40 +136,57 @@ namespace xgrad::ops
         tensor reserve_space_3;
     };
 
-    /// FusedBatchNormGradV3: the gradient of FusedBatchNormV3 w.r.t. x, scale and offset, given
-    /// the gradient y_backprop of its y and its reserve spaces.
-    class FusedBatchNormGradV3
+    namespace detail
     {
-    public:
-        /// Optional attributes; each setter returns a modified copy.
-        struct Attrs
+        /// The attributes of FusedBatchNormGradV3 and FusedBatchNormGradV2 (one type serves
+        /// both: they take the same three); each setter returns a modified copy.
+        struct fused_batch_norm_grad_attrs
         {
             /// The forward's epsilon (finite, >= 0).
-            [[nodiscard]] Attrs Epsilon(float x) const
+            [[nodiscard]] fused_batch_norm_grad_attrs Epsilon(float x) const
             {
-                Attrs r = *this;
+                fused_batch_norm_grad_attrs r = *this;
                 r.epsilon_ = x;
                 return r;
             }
-            /// "NHWC", "NCHW", "NDHWC" or "NCDHW": the layout of y_backprop, x and x_backprop.
-            [[nodiscard]] Attrs DataFormat(std::string_view x) const
+            /// The layout of y_backprop, x and x_backprop: "NHWC", "NCHW", "NDHWC" or "NCDHW"
+            /// (V2: "NHWC" or "NCHW").
+            [[nodiscard]] fused_batch_norm_grad_attrs DataFormat(std::string_view x) const
             {
-                Attrs r = *this;
+                fused_batch_norm_grad_attrs r = *this;
                 r.data_format_ = std::string(x);
                 return r;
             }
             /// The forward's mode: reserve spaces hold batch (true) or population statistics.
-            [[nodiscard]] Attrs IsTraining(bool x) const
+            [[nodiscard]] fused_batch_norm_grad_attrs IsTraining(bool x) const
             {
-                Attrs r = *this;
+                fused_batch_norm_grad_attrs r = *this;
                 r.is_training_ = x;
                 return r;
+            }
+            /// The same attributes for the free functions.
+            batch_norm_attrs to_attrs() const
+            {
+                batch_norm_attrs a;
+                a.epsilon = epsilon_;
+                a.data_format = data_format_;
+                a.is_training = is_training_;
+                return a;
             }
 
             float epsilon_ = 0.0001f;
             std::string data_format_ = "NHWC";
             bool is_training_ = true;
         };
+    }
+
+    /// FusedBatchNormGradV3: the gradient of FusedBatchNormV3 w.r.t. x, scale and offset, given
+    /// the gradient y_backprop of its y and its reserve spaces.
+    class FusedBatchNormGradV3
+    {
+    public:
+        /// Optional attributes; each setter returns a modified copy.
+        using Attrs = detail::fused_batch_norm_grad_attrs;
 
         FusedBatchNormGradV3(const Scope& scope, const tensor& y_backprop, const tensor& x, const tensor& scale,
                              const tensor& reserve_space_1, const tensor& reserve_space_2,
@@ -190,10 +207,7 @@ namespace xgrad::ops
             scope.check_device(reserve_space_1, op, "reserve_space_1");
             scope.check_device(reserve_space_2, op, "reserve_space_2");
             scope.check_device(reserve_space_3, op, "reserve_space_3");
-            batch_norm_attrs a;
-            a.epsilon = attrs.epsilon_;
-            a.data_format = attrs.data_format_;
-            a.is_training = attrs.is_training_;
+            const batch_norm_attrs a = attrs.to_attrs();
             grad_mode_guard recording(scope.records_gradients());
             batch_norm_grad_result r = fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
                                                              reserve_space_3, a, batch_norm_grad_version::v3);
@@ -222,34 +236,7 @@ namespace xgrad::ops
     {
     public:
         /// Optional attributes; each setter returns a modified copy.
-        struct Attrs
-        {
-            /// The forward's epsilon (finite, >= 0).
-            [[nodiscard]] Attrs Epsilon(float x) const
-            {
-                Attrs r = *this;
-                r.epsilon_ = x;
-                return r;
-            }
-            /// "NHWC" or "NCHW": the layout of y_backprop, x and x_backprop.
-            [[nodiscard]] Attrs DataFormat(std::string_view x) const
-            {
-                Attrs r = *this;
-                r.data_format_ = std::string(x);
-                return r;
-            }
-            /// The forward's mode: reserve spaces hold batch (true) or population statistics.
-            [[nodiscard]] Attrs IsTraining(bool x) const
-            {
-                Attrs r = *this;
-                r.is_training_ = x;
-                return r;
-            }
-
-            float epsilon_ = 0.0001f;
-            std::string data_format_ = "NHWC";
-            bool is_training_ = true;
-        };
+        using Attrs = detail::fused_batch_norm_grad_attrs;
 
         FusedBatchNormGradV2(const Scope& scope, const tensor& y_backprop, const tensor& x, const tensor& scale,
                              const tensor& reserve_space_1, const tensor& reserve_space_2)
@@ -266,10 +253,7 @@ namespace xgrad::ops
             scope.check_device(scale, op, "scale");
             scope.check_device(reserve_space_1, op, "reserve_space_1");
             scope.check_device(reserve_space_2, op, "reserve_space_2");
-            batch_norm_attrs a;
-            a.epsilon = attrs.epsilon_;
-            a.data_format = attrs.data_format_;
-            a.is_training = attrs.is_training_;
+            const batch_norm_attrs a = attrs.to_attrs();
             grad_mode_guard recording(scope.records_gradients());
             batch_norm_grad_result r = fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
                                                              tensor(), a, batch_norm_grad_version::v2);
