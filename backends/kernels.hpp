@@ -19,6 +19,8 @@
 // - CPU kernels parallelise over the framework's thread pool; results do not depend on the
 //   number of threads except where documented (none at present: reductions use a fixed
 //   blocking independent of the thread count).
+// - The window kernels (unfold2d, fold2d) take every floating dtype and copy elements
+//   without converting them; fold2d sums 16-bit values in float32 and rounds once.
 #include <cstdint>
 
 namespace xgrad::kernels
@@ -55,5 +57,20 @@ namespace xgrad::kernels
     {
         sum, // sum of an empty range is 0
         max  // max propagates NaN; the ops layer rejects empty ranges
+    };
+
+    /// The geometry of a 2-D sliding window over an [n, c, h, w] input (unfold2d, fold2d).
+    /// Window (oh, ow), tap (kh, kw) reads input row oh * sh - ph + kh * dh and column
+    /// ow * sw - pw + kw * dw; positions outside [0, h) x [0, w) are padding. The ops layer
+    /// guarantees kh, kw, sh, sw, dh, dw >= 1, ph, pw >= 0, and oh, ow the output extents of
+    /// that window (every index computed from these fits in int64).
+    struct window2d_dims
+    {
+        std::int64_t n, c, h, w;
+        std::int64_t kh, kw; // kernel
+        std::int64_t sh, sw; // stride
+        std::int64_t ph, pw; // padding
+        std::int64_t dh, dw; // dilation
+        std::int64_t oh, ow; // output extents
     };
 }

@@ -31,6 +31,12 @@ namespace
         std::function<tensor(const args&)> f;
     };
 
+    // Positions into a [3, 4] tensor, with repeats (put_add adds them up; take's gradient too).
+    const tensor positions = [] {
+        const std::int64_t p[9] = {0, 5, 5, 11, 2, 7, 7, 7, 3};
+        return from_host(p, {3, 3}, dtype::int64);
+    }();
+
     const tensor labels = [] {
         const std::int64_t l[4] = {2, 0, 1, 2};
         return from_host(l, {4}, dtype::int64);
@@ -80,6 +86,15 @@ namespace
         {"softmax",            {{3, 4}},                domain::any,      F(softmax(x[0], 0))},
         {"cross_entropy",      {{4, 3}},                domain::any,      F(cross_entropy(x[0], labels))},
         {"cross_entropy (smoothing, sum)", {{4, 3}},    domain::any,      F(cross_entropy(x[0], labels, reduction::sum, 0.1))},
+        {"take",               {{3, 4}},                domain::any,      F(square(take(x[0], positions)))},
+        {"put_add",            {{2, 3}},                domain::any,      F(square(put_add(x[0], positions.slice(0, 0, 2), {3, 4})))},
+        {"unfold2d",           {{2, 2, 5, 4}},          domain::any,      F(square(unfold2d(x[0], window2d{{3, 2}, {2, 1}, {1, 1}, {1, 2}}, "NCHW", 0.5)))},
+        {"fold2d",             {{24, 12}},              domain::any,      F(square(fold2d(x[0], {2, 5, 4, 2}, window2d{{3, 2}, {2, 1}, {1, 1}, {1, 2}}, "NHWC")))},
+        {"conv2d (NCHW)",      {{2, 2, 5, 5}, {3, 2, 3, 3}, {3}}, domain::any, F(conv2d(x[0], x[1], x[2], conv2d_params{{2, 1}, {1, 1}, {1, 2}, 1}))},
+        {"conv2d (NHWC, groups)", {{2, 5, 4, 4}, {4, 2, 2, 3}, {4}}, domain::any, F(conv2d(x[0], x[1], x[2], conv2d_params{{1, 2}, {1, 1}, {2, 1}, 2}, "NHWC"))},
+        {"max_pool2d",         {{2, 2, 5, 6}},          domain::any,      F(max_pool2d(x[0], pool2d_params{{3, 3}, std::array<std::int64_t, 2>{2, 2}, {1, 1}, {1, 1}, true}))},
+        {"avg_pool2d",         {{2, 5, 6, 2}},          domain::any,      F(avg_pool2d(x[0], pool2d_params{{3, 2}, std::array<std::int64_t, 2>{1, 2}, {1, 1}, {1, 1}, false}, "NHWC"))},
+        {"adaptive_avg_pool2d", {{2, 2, 7, 5}},         domain::any,      F(adaptive_avg_pool2d(x[0], {3, 2}))},
     };
     // clang-format on
 #undef F

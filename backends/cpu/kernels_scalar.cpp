@@ -1,6 +1,7 @@
 // The CPU kernels of an XGRAD_SIMD=scalar build: every kernel is its single-threaded reference
-// twin (reference.cpp). For debugging (it takes SIMD, threading and OpenBLAS out of the
-// picture) and for targets other than x86-64, where the dispatching kernels are not built.
+// twin (reference.cpp, unfold_reference.cpp). For debugging (it takes SIMD, threading and
+// OpenBLAS out of the picture) and for targets other than x86-64, where the dispatching
+// kernels are not built.
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
 
@@ -50,5 +51,17 @@ namespace xgrad::cpu
                 dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
     {
         reference::matmul(out, a, a_strides, b, b_strides, dt, batch, m, n, k);
+    }
+
+    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides,
+                  dtype dt, const kernels::window2d_dims& d, double pad_value)
+    {
+        reference::unfold2d(cols, cols_strides, x, x_strides, dt, d, pad_value);
+    }
+
+    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
+                dtype dt, const kernels::window2d_dims& d)
+    {
+        reference::fold2d(x, x_strides, cols, cols_strides, dt, d);
     }
 }

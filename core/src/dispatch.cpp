@@ -15,6 +15,8 @@ namespace xgrad::detail
             &cpu::allocate, &cpu::deallocate, &cpu::copy_to_host, &cpu::copy_from_host,
             &cpu::fill,     &cpu::copy,       &cpu::unary,        &cpu::binary,
             &cpu::where,    &cpu::reduce,     &cpu::matmul,       &cpu::one_hot,
+            &cpu::max_pool2d_argmax, &cpu::take, &cpu::put_add,
+            &cpu::unfold2d, &cpu::fold2d,
             &cpu::bn_moments, &cpu::bn_normalize, &cpu::bn_grad_reduce, &cpu::bn_grad_apply,
             &cpu::bn_grad_inference, &cpu::bn_grad_grad_reduce, &cpu::bn_grad_grad_apply,
         };

@@ -21,6 +21,12 @@ namespace xgrad::detail
         decltype(&cpu::reduce) reduce;
         decltype(&cpu::matmul) matmul;
         decltype(&cpu::one_hot) one_hot;
+        decltype(&cpu::max_pool2d_argmax) max_pool2d_argmax;
+        decltype(&cpu::take) take;
+        decltype(&cpu::put_add) put_add;
+        // the window primitives of conv2d and pooling (im2col, col2im)
+        decltype(&cpu::unfold2d) unfold2d;
+        decltype(&cpu::fold2d) fold2d;
         // the fused batch-norm family (backends/cpu/batch_norm_kernels.hpp)
         decltype(&cpu::bn_moments) bn_moments;
         decltype(&cpu::bn_normalize) bn_normalize;

@@ -79,6 +79,11 @@ namespace xgrad
     bool tensor::is_contiguous() const
     {
         const auto& impl = checked();
+        // An empty tensor has no element to be out of place: it is contiguous whatever its
+        // strides (contiguous_strides counts a 0 extent as 1, which this loop would not).
+        for (const auto e : impl.m_shape)
+            if (e == 0)
+                return true;
         std::int64_t expected = 1;
         for (std::size_t i = impl.m_shape.size(); i-- > 0;)
         {

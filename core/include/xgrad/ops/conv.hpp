@@ -1,0 +1,79 @@
+#pragma once
+// 2-D convolution and its linear building blocks (core/src/ops/conv.cpp).
+//
+// conv2d is a composition: unfold2d (im2col) gathers every receptive field into the columns
+// of a matrix, one GEMM (the backend's, OpenBLAS on the CPU) multiplies it by the weights,
+// and the bias is broadcast-added. unfold2d and fold2d (col2im) are a pair of adjoint linear
+// primitives: the gradient of each is the other. So conv2d's gradients of every order come
+// from unfold2d/fold2d and matmul, with no hand-written convolution backward.
+//
+// Layouts (data_format):
+//   "NCHW": x is [N, C, H, W];
+//   "NHWC": x is [N, H, W, C].
+// Weights are [O, C / groups, KH, KW] in both layouts (PyTorch's OIHW), so a state dict does
+// not depend on the activation layout. Output spatial size, per axis:
+//   out = (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1   (floor division)
+//
+// dtypes: float32, float64, float16, bfloat16 (16-bit tensors compute in float32 inside the
+// GEMM and round on store, like matmul). All operands must share dtype and device.
+//
+// Errors (xgrad::invalid_argument, naming the argument and the shapes): an undefined or
+// non-floating operand, rank other than 4, an unknown data_format, kernel/stride/dilation < 1,
+// padding < 0, any window field above 2^31 - 1, an empty output (kernel larger than the padded
+// input), groups < 1, channels not divisible by groups, weight/bias shapes that do not match,
+// operands of different dtypes or devices, a cols tensor whose shape does not match the window
+// in fold2d. Everything is checked before any data is read.
+//
+// Strided inputs (a channel slice, a permuted view) are read in place, without a copy.
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "xgrad/tensor.hpp"
+
+namespace xgrad
+{
+    /// A sliding window over the two spatial axes, {height, width} in every field.
+    struct window2d
+    {
+        std::array<std::int64_t, 2> kernel{1, 1};
+        std::array<std::int64_t, 2> stride{1, 1};
+        std::array<std::int64_t, 2> padding{0, 0};
+        std::array<std::int64_t, 2> dilation{1, 1};
+    };
+
+    /// Output spatial size {OH, OW} of `w` over an input of spatial size {h, wd}; throws
+    /// xgrad::invalid_argument naming the window and the input when it is empty or invalid.
+    std::array<std::int64_t, 2> window_output_size(const window2d& w, std::int64_t h, std::int64_t wd);
+
+    /// im2col. Positions outside the input (padding) read `pad_value`.
+    ///   "NCHW": [N, C, H, W] -> [C * KH * KW, N * OH * OW], row (c, kh, kw), column (n, oh, ow);
+    ///   "NHWC": [N, H, W, C] -> [N * OH * OW, KH * KW * C], row (n, oh, ow), column (kh, kw, c).
+    /// Linear in x (for pad_value 0); its gradient is fold2d.
+    tensor unfold2d(const tensor& x, const window2d& w, std::string_view data_format = "NCHW",
+                    double pad_value = 0.0);
+
+    /// col2im, the adjoint of unfold2d: adds every column entry back into the input position it
+    /// was read from (entries from padding are dropped). `input_shape` is the shape of the
+    /// unfolded tensor ([N, C, H, W] or [N, H, W, C]); cols must have the shape unfold2d gives
+    /// for it. Its gradient is unfold2d (pad_value 0). Each sum is formed in a fixed order (the
+    /// taps (kh, kw) in turn), so results do not depend on the thread count; 16-bit cols are
+    /// summed in float32 and rounded once.
+    tensor fold2d(const tensor& cols, const shape_type& input_shape, const window2d& w,
+                  std::string_view data_format = "NCHW");
+
+    struct conv2d_params
+    {
+        std::array<std::int64_t, 2> stride{1, 1};
+        std::array<std::int64_t, 2> padding{0, 0};
+        std::array<std::int64_t, 2> dilation{1, 1};
+        std::int64_t groups = 1;
+    };
+
+    /// Cross-correlation, as PyTorch's conv2d: x [N, C, H, W] (or NHWC), weight
+    /// [O, C / groups, KH, KW], bias [O] or undefined (no bias). Result [N, O, OH, OW] (or
+    /// [N, OH, OW, O] for "NHWC"), contiguous. In 16 bits the GEMM result is rounded to the
+    /// dtype before the bias is added (and rounded again), as the composed ops do.
+    tensor conv2d(const tensor& x, const tensor& weight, const tensor& bias = {}, const conv2d_params& p = {},
+                  std::string_view data_format = "NCHW");
+}

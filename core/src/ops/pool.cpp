@@ -1,0 +1,179 @@
+// Pooling, composed from unfold2d and reductions; nothing here records a node, so the
+// gradients of every order are those of unfold2d (fold2d), max, sum, mean and the views.
+//
+// With K = KH * KW taps and L = OH * OW windows per image, unfold2d gives
+//   NCHW: cols [C * K, N * L], viewed as [C, K, N * L] -> reduce axis 1 -> [C, N * L]
+//         -> [C, N, OH, OW] -> permuted to [N, C, OH, OW];
+//   NHWC: cols [N * L, K * C], viewed as [N * L, K, C] -> reduce axis 1 -> [N * L, C]
+//         -> [N, OH, OW, C].
+// max_pool2d picks each window's maximum with one kernel pass (padding never wins) and gathers
+// it with take, whose gradient is put_add; the padding rule (at most half the kernel) plus an
+// explicit check that every window reaches the input keep a window from being all padding. avg_pool2d with count_include_pad = false divides the window
+// sums by the number of taps inside the input, a constant map obtained by unfolding ones
+// (computed without recording). adaptive_avg_pool2d is avg_pool2d when the cells tile the
+// input evenly; otherwise it averages each axis separately, cell by cell (a mean over a
+// rectangle is the mean over one axis of the means over the other).
+#include "xgrad/ops/pool.hpp"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../detail.hpp"
+#include "../dispatch.hpp"
+#include "conv_internal.hpp"
+#include "xgrad/autograd.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+
+namespace xgrad
+{
+    namespace
+    {
+        struct pool_setup
+        {
+            window2d window;
+            bool channels_last = false;
+            detail::image_dims im;
+            std::array<std::int64_t, 2> out{};
+        };
+
+        /// The checks every pool runs before touching data (see pool.hpp).
+        pool_setup check_pool(const tensor& x, const pool2d_params& p, std::string_view data_format, const char* op)
+        {
+            pool_setup s;
+            s.channels_last = detail::channels_last_format(data_format, op);
+            detail::check_image(x, "x", op);
+            s.im = detail::image_dims_of(x.shape(), s.channels_last);
+            s.window = window2d{p.kernel, p.stride.value_or(p.kernel), p.padding, p.dilation};
+            s.out = detail::checked_output_size(s.window, s.im.h, s.im.w, op);
+            detail::check_cols_size(s.im, s.window, s.out, op);
+            for (std::size_t a = 0; a < 2; ++a)
+                if (2 * p.padding[a] > p.kernel[a])
+                    detail::window_fail(op, "padding " + detail::pair_to_string(p.padding) +
+                                                " must be at most half the kernel " +
+                                                detail::pair_to_string(p.kernel) + " in both axes");
+            // With dilation (or an empty input) a window can fall entirely in padding even so.
+            // Window o reads positions first + k * dilation, first = o * stride - padding; the
+            // first tap at or after position 0 must exist and lie before the end.
+            const std::array<std::int64_t, 2> in{s.im.h, s.im.w};
+            for (std::size_t a = 0; a < 2; ++a)
+            {
+                const window2d& w = s.window;
+                for (std::int64_t o = 0; o < s.out[a]; ++o)
+                {
+                    const std::int64_t first = o * w.stride[a] - w.padding[a];
+                    const std::int64_t k = first >= 0 ? 0 : (w.dilation[a] - 1 - first) / w.dilation[a];
+                    const bool reaches = k < w.kernel[a] && first + k * w.dilation[a] < in[a];
+                    if (!reaches)
+                        detail::window_fail(op, "window " + std::to_string(o) + " along the " +
+                                                    (a == 0 ? "height" : "width") + " (" +
+                                                    detail::window_to_string(w) + ") lies entirely in the padding of "
+                                                    "an input of spatial size " + detail::pair_to_string(in));
+                }
+            }
+            return s;
+        }
+
+        /// cols viewed with the K taps of a window on axis 1 (see the file comment).
+        tensor taps_view(const tensor& cols, const pool_setup& s)
+        {
+            const std::int64_t k = s.window.kernel[0] * s.window.kernel[1];
+            const std::int64_t l = s.im.n * s.out[0] * s.out[1];
+            return s.channels_last ? reshape(cols, {l, k, s.im.c}) : reshape(cols, {s.im.c, k, l});
+        }
+
+        /// A per-window [C, N * L] (NCHW) or [N * L, C] (NHWC) result in the image layout.
+        tensor to_image(const tensor& r, const pool_setup& s)
+        {
+            if (s.channels_last)
+                return reshape(r, {s.im.n, s.out[0], s.out[1], s.im.c});
+            return contiguous(permute(reshape(r, {s.im.c, s.im.n, s.out[0], s.out[1]}), {1, 0, 2, 3}));
+        }
+
+        /// The number of taps of each window that fall inside the input, shaped to broadcast
+        /// against [C, N, OH, OW] (NCHW) or [N, OH, OW, C] (NHWC). Not recorded.
+        tensor inside_count(const tensor& x, const pool_setup& s)
+        {
+            no_grad guard;
+            const bool cl = s.channels_last;
+            const tensor one = ones(cl ? shape_type{1, s.im.h, s.im.w, 1} : shape_type{1, 1, s.im.h, s.im.w}, x.dtype(),
+                                    x.device());
+            const tensor cols = unfold2d(one, s.window, cl ? "NHWC" : "NCHW"); // [L, K] or [K, L]
+            const tensor counts = sum(cols, {cl ? 1 : 0});
+            return cl ? reshape(counts, {s.out[0], s.out[1], 1}) : reshape(counts, {s.out[0], s.out[1]});
+        }
+
+        /// Mean over axis `dim` of each of the `o` adaptive cells of an axis of extent n.
+        tensor adaptive_axis(const tensor& x, std::int64_t dim, std::int64_t n, std::int64_t o)
+        {
+            if (n == o)
+                return x;
+            std::vector<tensor> cells;
+            cells.reserve(static_cast<std::size_t>(o));
+            for (std::int64_t i = 0; i < o; ++i)
+            {
+                const std::int64_t begin = i * n / o, end = ((i + 1) * n + o - 1) / o;
+                cells.push_back(mean(slice(x, dim, begin, end), {dim}, true));
+            }
+            return concat(cells, dim);
+        }
+    }
+
+    tensor max_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
+    {
+        const pool_setup s = check_pool(x, p, data_format, "max_pool2d");
+        // Which element of each window is its maximum is a constant of the forward pass; the
+        // pooled value is then a gather, take(x, idx), linear in x, whose gradient is the
+        // scatter put_add (and whose second order is take again). One pass picks the
+        // positions, with no window copies and no tie bookkeeping in the backward.
+        const tensor xc = contiguous(x);
+        const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
+                                                     : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
+        tensor idx = detail::empty(out_shape, dtype::int64, x.device());
+        const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
+        const auto xs = detail::image_strides(xc.strides(), s.channels_last);
+        const auto is = detail::image_strides(idx.strides(), s.channels_last);
+        detail::backend_for(x.device()).max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(),
+                                                          x.dtype(), d);
+        return take(xc, idx);
+    }
+
+    tensor avg_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
+    {
+        const pool_setup s = check_pool(x, p, data_format, "avg_pool2d");
+        const tensor cols = unfold2d(x, s.window, data_format);
+        if (p.count_include_pad)
+            return to_image(mean(taps_view(cols, s), {1}), s);
+        const tensor sums = sum(taps_view(cols, s), {1});
+        if (s.channels_last)
+            return div(to_image(sums, s), inside_count(x, s));
+        const tensor per_window = reshape(sums, {s.im.c, s.im.n, s.out[0], s.out[1]});
+        return contiguous(permute(div(per_window, inside_count(x, s)), {1, 0, 2, 3}));
+    }
+
+    tensor adaptive_avg_pool2d(const tensor& x, std::array<std::int64_t, 2> output_size, std::string_view data_format)
+    {
+        const char* op = "adaptive_avg_pool2d";
+        const bool cl = detail::channels_last_format(data_format, op);
+        detail::check_image(x, "x", op);
+        if (output_size[0] < 1 || output_size[1] < 1)
+            detail::window_fail(op, "output_size must be >= 1 in both axes, got " + detail::pair_to_string(output_size));
+        const detail::image_dims im = detail::image_dims_of(x.shape(), cl);
+        if (im.h < 1 || im.w < 1)
+            detail::window_fail(op, "x of shape " + shape_to_string(x.shape()) + " (" + std::string(data_format) +
+                                        ") has an empty spatial extent; every output cell needs at least one element");
+        if (output_size[0] == 1 && output_size[1] == 1)
+            return mean(x, {im.h_axis, im.w_axis}, true);
+        if (im.h % output_size[0] == 0 && im.w % output_size[1] == 0)
+        {
+            pool2d_params p;
+            p.kernel = {im.h / output_size[0], im.w / output_size[1]};
+            return avg_pool2d(x, p, data_format);
+        }
+        return adaptive_axis(adaptive_axis(x, im.h_axis, im.h, output_size[0]), im.w_axis, im.w, output_size[1]);
+    }
+}
