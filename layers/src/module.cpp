@@ -12,7 +12,7 @@ namespace xgrad::nn
         std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
         /// "shape [3], dtype float32, device cpu"
-        std::string describe(const tensor& t)
+        std::string describe_tensor(const tensor& t)
         {
             return "shape " + shape_to_string(t.shape()) + ", dtype " + std::string(name(t.dtype())) + ", device " +
                    to_string(t.device());
@@ -42,6 +42,13 @@ namespace xgrad::nn
     module& module::operator=(module&&) noexcept = default;
 
     std::string_view module::type_name() const noexcept { return "module"; }
+
+    tensor module::forward(const tensor&)
+    {
+        fail("this module has no single-input forward (it is a container of named parts)");
+    }
+
+    std::string module::describe() const { return std::string(type_name()); }
 
     void module::fail(const std::string& what) const
     {
@@ -229,6 +236,21 @@ namespace xgrad::nn
             c->train(on);
     }
 
+    void module::to(device dev)
+    {
+        for (auto& [n, p] : named_parameters())
+            if (p.device() != dev)
+            {
+                tensor moved = p.detach().to(dev);
+                slot* s = find(n, true);
+                moved.requires_grad_(p.requires_grad());
+                s->m_value = moved;
+            }
+        for (auto& [n, b] : named_buffers())
+            if (b.device() != dev)
+                find(n, false)->m_value = b.to(dev);
+    }
+
     void module::zero_grad()
     {
         for (auto& [n, p] : named_parameters())
@@ -270,8 +292,8 @@ namespace xgrad::nn
                 const std::string bad = mismatch(current, it->second);
                 if (!bad.empty())
                     problems.push_back(quoted(n) + ": " +
-                                       (it->second.defined() ? "the state dict has " + describe(it->second) +
-                                                                   ", the module has " + describe(current)
+                                       (it->second.defined() ? "the state dict has " + describe_tensor(it->second) +
+                                                                   ", the module has " + describe_tensor(current)
                                                              : std::string("the state dict's tensor is undefined")));
             }
         for (const auto& [n, t] : state)

@@ -81,8 +81,7 @@ namespace xgrad::nn
 
         /// Normalises x (see the formulas above); updates the running statistics in training
         /// mode when track_running_stats.
-        tensor forward(const tensor& x);
-        tensor operator()(const tensor& x) { return forward(x); }
+        tensor forward(const tensor& x) override;
 
         std::string_view type_name() const noexcept override { return m_name; }
 

@@ -69,6 +69,16 @@ namespace xgrad::nn
         /// The kind of module, for messages ("module", "batch_norm2d", ...).
         virtual std::string_view type_name() const noexcept;
 
+        // --- computation ---------------------------------------------------------------------
+        /// The module's function of one tensor, composed from differentiable ops (layers
+        /// never write a backward). The base throws xgrad::invalid_argument: a module without a
+        /// single-input forward (a container of named parts) cannot be called.
+        virtual tensor forward(const tensor& x);
+        tensor operator()(const tensor& x) { return forward(x); }
+        /// A one-line description for printing ("conv2d(1, 32, kernel=[3, 3], ...)");
+        /// the base gives type_name().
+        virtual std::string describe() const;
+
         // --- listing (recurse = false: this module's own tensors only) ----------------------
         std::vector<tensor> parameters(bool recurse = true) const;
         named_tensors_type named_parameters(bool recurse = true) const;
@@ -103,6 +113,12 @@ namespace xgrad::nn
         void train(bool on = true);
         void eval() { train(false); }
         bool is_training() const noexcept { return m_training; }
+
+        // --- device --------------------------------------------------------------------------
+        /// Moves every parameter and buffer (recursively) to `dev` (a no-op for tensors
+        /// already there). Parameters stay leaves that require grad; their grad() is cleared.
+        /// Throws when the device is not available in this build or at run time.
+        void to(device dev);
 
         // --- gradients -----------------------------------------------------------------------
         /// Clears the grad() of every parameter (recursively).

@@ -1,0 +1,74 @@
+#pragma once
+// Reading MNIST-format (IDX) files, plain or gzip-compressed (through zlib)
+// (layers/src/data/idx.cpp).
+//
+// IDX: a big-endian header — two zero bytes, a type byte (0x08 unsigned byte is the only type
+// MNIST-format datasets use, and the only one accepted), the number of dimensions, then one
+// 32-bit big-endian extent per dimension — followed by the row-major data. A file whose name
+// ends in ".gz" is decompressed; otherwise it is read as is.
+//
+// Errors: xgrad::data::data_error (a std::runtime_error) whose message starts with the file's
+// path and says what is wrong: cannot open (with the system's reason), not gzip / corrupt or
+// truncated gzip stream, bad magic number (quoting the 4 bytes found in hex), unsupported type
+// byte, rank not what was expected, truncated header or data (bytes needed and found),
+// trailing bytes, extents whose product overflows, a label out of range (its index and
+// value), image and label counts that differ (naming both files and both counts). Arguments
+// that are wrong whatever the files hold (a shape that does not match the data, classes < 1)
+// raise xgrad::invalid_argument.
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xgrad::data
+{
+    class data_error : public std::runtime_error
+    {
+    public:
+        using std::runtime_error::runtime_error;
+    };
+
+    /// The decoded contents of one IDX file of unsigned bytes.
+    struct idx_array
+    {
+        std::vector<std::int64_t> shape;
+        std::vector<std::uint8_t> data; // row-major, product(shape) bytes
+    };
+
+    /// Reads the whole file (decompressing it when its name ends in ".gz"; concatenated gzip
+    /// members are read as one stream).
+    std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
+    /// Parses an IDX file of unsigned bytes; `expected_rank` (if > 0) must match. The file must
+    /// hold exactly the header and product(shape) bytes.
+    idx_array read_idx(const std::filesystem::path& path, int expected_rank = 0);
+    /// Writes an IDX file of unsigned bytes (gzip-compressed when the name ends in ".gz"),
+    /// atomically (a temporary file in the same folder, then a rename; the temporary file is
+    /// removed when anything fails). For tests and tools. Throws xgrad::invalid_argument when
+    /// data.size() != product(shape), an extent is outside [0, 2^32 - 1] or the rank exceeds
+    /// 255; data_error, starting with `path`, when the file cannot be written.
+    void write_idx(const std::filesystem::path& path, const idx_array& array);
+
+    /// An image classification dataset held in memory: `images` [n, rows, cols] bytes and
+    /// `labels` [n] in [0, classes).
+    struct image_dataset
+    {
+        std::int64_t size = 0, rows = 0, cols = 0, classes = 10;
+        std::vector<std::uint8_t> images; // n * rows * cols
+        std::vector<std::uint8_t> labels; // n
+    };
+
+    /// Reads an images file (rank 3) and a labels file (rank 1) and checks that they agree and
+    /// that every label is below `classes` (every label of the file, also beyond `limit`).
+    /// `limit` > 0 keeps only the first `limit` examples. Throws xgrad::invalid_argument for
+    /// classes outside [1, 256] or limit < 0.
+    image_dataset load_idx_dataset(const std::filesystem::path& images, const std::filesystem::path& labels,
+                                   std::int64_t classes = 10, std::int64_t limit = 0);
+
+    /// MNIST / Fashion-MNIST: `dir`/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+    /// (the .gz name is tried first). Throws data_error naming the folder and the files tried.
+    image_dataset load_mnist(const std::filesystem::path& dir, bool train, std::int64_t limit = 0);
+
+    /// Where Debian's dataset-fashion-mnist package puts the files.
+    inline const char* default_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
+}

@@ -1,0 +1,81 @@
+#pragma once
+// Batches of an image_dataset as tensors (layers/src/data/loader.cpp).
+//
+// Each epoch visits the dataset in an order given by (seed, epoch) alone — shuffled with
+// xgrad::generator when `shuffle`, in order otherwise — so a run resumed at an epoch sees the
+// same batches as an uninterrupted one. A background thread prepares the next batch (bytes
+// -> normalised float tensor, labels -> int64) while the caller trains on the current one.
+//
+// A batch holds images [b, 1, rows, cols] ("NCHW") or [b, rows, cols, 1] ("NHWC") with value
+// (byte / 255 - mean) / std rounded once to the options' dtype, and labels [b] int64. The
+// last batch of an epoch is smaller unless drop_last (which leaves its examples out). With
+// prefetch on or off the batches are identical; prefetching keeps one batch ready ahead.
+//
+// A loader is driven by one thread at a time (start_epoch, next); the background thread is
+// internal. Batches are new tensors that outlive the loader.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "xgrad/data/idx.hpp"
+#include "xgrad/dtype.hpp"
+#include "xgrad/tensor.hpp"
+
+namespace xgrad::data
+{
+    struct loader_options
+    {
+        std::int64_t batch_size = 64;
+        bool shuffle = true;
+        bool drop_last = false;
+        std::uint64_t seed = 0;
+        /// Normalisation of byte / 255 (Fashion-MNIST's training-set statistics by default).
+        double mean = 0.2860;
+        double std = 0.3530;
+        std::string data_format = "NCHW";
+        xgrad::dtype dtype = xgrad::dtype::float32;
+        /// Prepare the next batch on a background thread.
+        bool prefetch = true;
+    };
+
+    struct batch
+    {
+        tensor images;
+        tensor labels;
+        std::int64_t index = 0; // batch number within the epoch
+    };
+
+    class data_loader
+    {
+    public:
+        /// The dataset is shared, not copied, and must not change while the loader exists.
+        /// Throws xgrad::invalid_argument for a null dataset, one whose images / labels do not
+        /// hold size * rows * cols / size bytes, batch_size < 1, std not finite and > 0, mean
+        /// not finite, a data_format other than "NCHW" and "NHWC", or a non-floating dtype.
+        /// With prefetch, starts the background thread; the destructor stops and joins it,
+        /// also in the middle of an epoch.
+        data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options);
+        ~data_loader();
+        data_loader(const data_loader&) = delete;
+        data_loader& operator=(const data_loader&) = delete;
+
+        /// Starts epoch `epoch` >= 0 (xgrad::invalid_argument otherwise); any epoch in progress
+        /// is abandoned, including a batch the background thread is preparing for it.
+        void start_epoch(std::int64_t epoch);
+        /// The next batch of the current epoch, or nullopt at its end (and after). Errors while
+        /// preparing a batch, on the background thread or not, are thrown here, and again on
+        /// each call until the next start_epoch: data_error for a label not below the dataset's
+        /// classes (checked as batches are made, naming the example), std::bad_alloc. Throws
+        /// std::logic_error when no epoch was started.
+        std::optional<batch> next();
+        /// Batches per epoch: ceil(size / batch_size), or floor with drop_last.
+        std::int64_t batches_per_epoch() const noexcept;
+        std::int64_t size() const noexcept;
+        const loader_options& options() const noexcept;
+
+    private:
+        struct impl;
+        std::unique_ptr<impl> m_impl;
+    };
+}

@@ -1,0 +1,93 @@
+#pragma once
+// Convolution and fully connected layers (layers/src/layers.cpp): options, parameters, and a
+// forward that calls one op (xgrad::conv2d, matmul). No layer writes a backward.
+//
+// Parameters: "weight" and, when `bias`, "bias". Initialisation from the generator given to
+// the constructor: the weight by options.weight_init (default U(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)); see init.hpp), the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+// reset_parameters(gen) draws them again.
+// Errors: xgrad::invalid_argument naming the layer and the option (channels < 1, channels not
+// divisible by groups, kernel/stride/dilation < 1, padding < 0, unknown data_format), and in
+// forward naming the input's shape when it does not fit.
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "xgrad/dtype.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/layers/init.hpp"
+#include "xgrad/layers/module.hpp"
+#include "xgrad/ops/conv.hpp"
+
+namespace xgrad::nn
+{
+    struct conv2d_options
+    {
+        conv2d_options(std::int64_t in, std::int64_t out, std::array<std::int64_t, 2> kernel)
+            : in_channels(in), out_channels(out), kernel_size(kernel)
+        {
+        }
+        conv2d_options(std::int64_t in, std::int64_t out, std::int64_t kernel)
+            : conv2d_options(in, out, {kernel, kernel})
+        {
+        }
+
+        std::int64_t in_channels;
+        std::int64_t out_channels;
+        std::array<std::int64_t, 2> kernel_size;
+        std::array<std::int64_t, 2> stride{1, 1};
+        std::array<std::int64_t, 2> padding{0, 0};
+        std::array<std::int64_t, 2> dilation{1, 1};
+        std::int64_t groups = 1;
+        bool bias = true;
+        /// "NCHW" or "NHWC": the layout of inputs and outputs. The weight is [O, C/groups, KH, KW]
+        /// either way.
+        std::string data_format = "NCHW";
+        xgrad::dtype dtype = xgrad::dtype::float32;
+        init::scheme weight_init = init::scheme::fan_in_uniform;
+    };
+
+    class conv2d final : public module
+    {
+    public:
+        using options_type = conv2d_options;
+
+        conv2d(const options_type& options, generator& gen);
+        tensor forward(const tensor& x) override;
+        std::string_view type_name() const noexcept override { return "conv2d"; }
+        std::string describe() const override;
+        void reset_parameters(generator& gen);
+        const options_type& options() const noexcept { return m_options; }
+
+    private:
+        options_type m_options;
+    };
+
+    struct linear_options
+    {
+        linear_options(std::int64_t in, std::int64_t out) : in_features(in), out_features(out) {}
+        std::int64_t in_features;
+        std::int64_t out_features;
+        bool bias = true;
+        xgrad::dtype dtype = xgrad::dtype::float32;
+        init::scheme weight_init = init::scheme::fan_in_uniform;
+    };
+
+    /// y = x W^T + b for x [..., in_features]; W is [out_features, in_features].
+    class linear final : public module
+    {
+    public:
+        using options_type = linear_options;
+
+        linear(const options_type& options, generator& gen);
+        linear(std::int64_t in, std::int64_t out, generator& gen) : linear(options_type(in, out), gen) {}
+        tensor forward(const tensor& x) override;
+        std::string_view type_name() const noexcept override { return "linear"; }
+        std::string describe() const override;
+        void reset_parameters(generator& gen);
+        const options_type& options() const noexcept { return m_options; }
+
+    private:
+        options_type m_options;
+    };
+}

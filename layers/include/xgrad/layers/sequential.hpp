@@ -1,0 +1,43 @@
+#pragma once
+// xgrad::nn::sequential: modules applied one after the other (layers/src/layers.cpp).
+// Children are named by the caller ("conv1", "bn1", ...) or by their position ("0", "1", ...),
+// so parameters are listed as "conv1.weight".
+#include <memory>
+#include <string>
+
+#include "xgrad/layers/module.hpp"
+
+namespace xgrad::nn
+{
+    class sequential final : public module
+    {
+    public:
+        sequential() = default;
+
+        /// Appends `m` under `name`; returns it, for chaining configuration. Throws
+        /// xgrad::invalid_argument (through module's registration rules) on a bad or repeated
+        /// name or a null module.
+        template <class M>
+        std::shared_ptr<M> add(std::string name, std::shared_ptr<M> m)
+        {
+            register_module(std::move(name), m);
+            return m;
+        }
+        /// Appends `m` under its position as name.
+        template <class M>
+        std::shared_ptr<M> add(std::shared_ptr<M> m)
+        {
+            return add(std::to_string(named_children().size()), std::move(m));
+        }
+
+        /// Applies every child in order. Throws xgrad::invalid_argument when empty; an error in a
+        /// child is rethrown with the child's name in front of the message.
+        tensor forward(const tensor& x) override;
+        std::string_view type_name() const noexcept override { return "sequential"; }
+        /// One line per child: "  (name): child.describe()".
+        std::string describe() const override;
+    };
+
+    /// Number of scalar parameters of m (recursively).
+    std::int64_t count_parameters(const module& m);
+}

@@ -1,0 +1,175 @@
+#pragma once
+// Optimizers (namespace xgrad::optim; layers/src/optim/*.cpp).
+//
+// An optimizer updates the parameters of one module. Tensors are immutable values, so a step
+// computes each new parameter under no_grad and stores it with module::set_parameter (see
+// module.hpp); parameters and their state are found by their full names, which is also how
+// the state is saved in a checkpoint.
+//
+// State (state_dict): a map from names to tensors, the same on every run with the same seed:
+//   "step"                     int64, shape []: the number of steps taken;
+//   "<parameter>.<buffer>"     the per-parameter buffers, created on the first step that sees
+//                              the parameter's gradient (SGD: "momentum_buffer"; Adam/AdamW:
+//                              "exp_avg", "exp_avg_sq"), same shape/dtype/device as the parameter.
+// Hyperparameters are options, not state; the learning rate may be changed between steps
+// with set_lr (that is what the schedulers do).
+//
+// Parameters without a gradient (grad() undefined) are skipped, as in PyTorch. Parameters
+// whose requires_grad is false are skipped. A step is all or nothing: if it throws, no
+// parameter, buffer or step count has changed.
+//
+// Precision: float32 and float64 parameters are updated in their own dtype. float16 and
+// bfloat16 parameters, gradients and buffers are converted to float32, updated there, and the
+// new parameter and buffers rounded back once (the buffers are stored in the parameter's
+// dtype, so resuming from a state_dict is exact).
+//
+// Errors: bad options (lr < 0, momentum < 0, dampening outside [0, 1], betas outside [0, 1),
+// eps <= 0, weight_decay < 0, any of them NaN or infinite, nesterov without momentum or with
+// dampening) and bad state in load_state_dict (unknown names, missing or malformed "step", a
+// shape/dtype/device differing from the parameter's, a parameter with only some of its
+// buffers) throw xgrad::invalid_argument naming the option or the entry; so does step() when
+// a gradient's shape, dtype or device differs from its parameter's (before anything changes).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xgrad/layers/module.hpp"
+#include "xgrad/tensor.hpp"
+
+namespace xgrad::optim
+{
+    class optimizer
+    {
+    public:
+        using state_dict_type = std::map<std::string, tensor>;
+
+        virtual ~optimizer();
+        optimizer(const optimizer&) = delete;
+        optimizer& operator=(const optimizer&) = delete;
+
+        /// "sgd", "adam", "adamw".
+        virtual std::string_view type_name() const noexcept = 0;
+
+        /// One update of every parameter that has a gradient.
+        void step();
+        /// Clears the gradients of the module's parameters.
+        void zero_grad();
+
+        double lr() const noexcept { return m_lr; }
+        void set_lr(double lr);
+        std::int64_t step_count() const noexcept { return m_step; }
+
+        /// Copies of the state (detached tensors sharing storage; tensors are immutable).
+        state_dict_type state_dict() const;
+        /// Replaces the state. Checks everything first and throws listing every problem,
+        /// leaving the optimizer unchanged. State for a parameter of the model that `state`
+        /// lacks is allowed: that parameter has not been updated yet, and its buffers start
+        /// afresh on its next update.
+        void load_state_dict(const state_dict_type& state);
+        /// What load_state_dict would reject in `state`, one line per problem (empty when it
+        /// would load), checked against the model's current parameters. Lets a caller check
+        /// a whole checkpoint before changing anything.
+        std::vector<std::string> state_dict_problems(const state_dict_type& state) const;
+
+        nn::module& model() const noexcept { return *m_model; }
+
+    protected:
+        /// `model` must outlive the optimizer.
+        optimizer(nn::module& model, double lr);
+
+        /// The update rule for one parameter with gradient g; `state` holds its buffers by
+        /// short name ("exp_avg"), empty before the parameter's first update, and the rule
+        /// stores the new buffers there. Runs under no_grad with p, g and the buffers detached
+        /// and in the same compute dtype (float32 or float64); m_step is already incremented
+        /// (1 on the first step). Returns the new value, of p's shape, dtype and device.
+        virtual tensor update(const std::string& name, const tensor& p, const tensor& g,
+                              std::map<std::string, tensor>& state) = 0;
+        /// The short names of the per-parameter buffers this optimizer keeps (no '.'); a
+        /// parameter's state holds all of them or none.
+        virtual std::vector<std::string> buffer_names() const = 0;
+
+        /// Throws xgrad::invalid_argument("<type_name()>: <what>").
+        [[noreturn]] void fail(const std::string& what) const;
+
+    private:
+        nn::module* m_model;
+        double m_lr;
+        std::int64_t m_step = 0;
+        std::map<std::string, std::map<std::string, tensor>> m_state; // parameter -> buffers
+    };
+
+    struct sgd_options
+    {
+        double lr = 0.01;
+        double momentum = 0.0;
+        double dampening = 0.0;
+        double weight_decay = 0.0; // L2 added to the gradient
+        bool nesterov = false;
+    };
+
+    /// PyTorch's SGD: g += wd p; b = momentum b + (1 - dampening) g (b = g on the first step);
+    /// g = nesterov ? g + momentum b : b; p -= lr g. With momentum 0 there is no buffer and
+    /// the step is p -= lr g.
+    class sgd final : public optimizer
+    {
+    public:
+        sgd(nn::module& model, const sgd_options& options);
+        std::string_view type_name() const noexcept override { return "sgd"; }
+        const sgd_options& options() const noexcept { return m_options; }
+
+    protected:
+        tensor update(const std::string& name, const tensor& p, const tensor& g,
+                      std::map<std::string, tensor>& state) override;
+        std::vector<std::string> buffer_names() const override;
+
+    private:
+        sgd_options m_options;
+    };
+
+    struct adam_options
+    {
+        double lr = 1e-3;
+        double beta1 = 0.9;
+        double beta2 = 0.999;
+        double eps = 1e-8;
+        double weight_decay = 0.0; // adam: L2 added to the gradient; adamw: decoupled decay
+    };
+
+    /// PyTorch's Adam (decoupled = false) and AdamW (decoupled = true):
+    /// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),
+    /// with AdamW first applying p *= 1 - lr wd. The buffers start at zero. t is the
+    /// optimizer's step count (the state has one "step"): a parameter that first gets a
+    /// gradient at step t > 1 is bias-corrected with that t, where PyTorch, which counts steps
+    /// per parameter, would use 1. Models whose parameters all get a gradient every step
+    /// (the usual case) see no difference.
+    class adam final : public optimizer
+    {
+    public:
+        adam(nn::module& model, const adam_options& options, bool decoupled_weight_decay = false);
+        std::string_view type_name() const noexcept override { return m_decoupled ? "adamw" : "adam"; }
+        const adam_options& options() const noexcept { return m_options; }
+
+    protected:
+        tensor update(const std::string& name, const tensor& p, const tensor& g,
+                      std::map<std::string, tensor>& state) override;
+        std::vector<std::string> buffer_names() const override;
+
+    private:
+        adam_options m_options;
+        bool m_decoupled;
+    };
+
+    /// AdamW: adam with decoupled weight decay, with `options` as given. (PyTorch's AdamW
+    /// default weight decay, 0.01, is what make_optimizer("adamw", ...) uses.)
+    std::unique_ptr<optimizer> make_adamw(nn::module& model, adam_options options);
+
+    /// Creates an optimizer by name ("sgd", "adam", "adamw") with the given learning rate and
+    /// the defaults of the training example (sgd: momentum 0.9, nesterov; adam: betas 0.9,
+    /// 0.999, eps 1e-8, no weight decay; adamw: the same with weight decay 0.01). Throws
+    /// xgrad::invalid_argument naming the name and the choices otherwise, or naming the
+    /// learning rate when it is negative, NaN or infinite.
+    std::unique_ptr<optimizer> make_optimizer(const std::string& name, nn::module& model, double lr);
+}

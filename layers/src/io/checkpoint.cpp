@@ -1,0 +1,207 @@
+// Training checkpoints: a module's parameters and buffers, an optimizer's state and the epoch in
+// one safetensors file. The layout is described in xgrad/io/safetensors.hpp.
+//
+// Loading is all-or-nothing. Every check that can be made on the file alone (metadata, names,
+// shapes, dtypes, optimizer type) runs first and reports every problem at once. The optimizer
+// state is then loaded (its load_state_dict validates the entries against the parameters and
+// changes nothing when it throws), and the model last: after the checks above its
+// load_state_dict cannot object, and should it fail anyway the optimizer's previous state is
+// put back.
+#include <charconv>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "xgrad/errors.hpp"
+#include "xgrad/io/safetensors.hpp"
+
+namespace xgrad::io
+{
+    namespace
+    {
+        constexpr std::string_view format_name = "xgrad-checkpoint";
+        constexpr std::string_view format_version = "1";
+        constexpr std::string_view model_prefix = "model.";
+        constexpr std::string_view optimizer_prefix = "optimizer.";
+        constexpr std::string_view reserved_keys[] = {"format", "version", "epoch", "optimizer"};
+
+        [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what)
+        {
+            throw format_error(path.string() + ": " + what);
+        }
+
+        std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+        bool starts_with(std::string_view s, std::string_view prefix)
+        {
+            return s.substr(0, prefix.size()) == prefix;
+        }
+
+        std::string describe(const tensor& t)
+        {
+            return shape_to_string(t.shape()) + " " + std::string(name(t.dtype()));
+        }
+
+        /// The epoch as written by save_checkpoint: decimal digits only, fitting in int64.
+        bool parse_epoch(const std::string& text, std::int64_t& out)
+        {
+            if (text.empty() || text.front() < '0' || text.front() > '9')
+                return false;
+            const char* end = text.data() + text.size();
+            const auto [ptr, ec] = std::from_chars(text.data(), end, out);
+            return ec == std::errc() && ptr == end;
+        }
+
+        std::string join(const std::vector<std::string>& parts)
+        {
+            std::string s;
+            for (const auto& p : parts)
+                s += (s.empty() ? "" : "; ") + p;
+            return s;
+        }
+    }
+
+    void save_checkpoint(const std::filesystem::path& path, const nn::module& model,
+                         const optim::optimizer* optimizer, std::int64_t epoch, const metadata_map& extra)
+    {
+        if (epoch < 0)
+            fail(path, "cannot save a checkpoint with negative epoch " + std::to_string(epoch));
+        metadata_map metadata;
+        for (const auto& [key, value] : extra)
+        {
+            for (const std::string_view reserved : reserved_keys)
+                if (key == reserved)
+                    fail(path, "metadata key " + in_quotes(key) + " is reserved for the checkpoint itself");
+            metadata.emplace(key, value);
+        }
+        metadata["format"] = std::string(format_name);
+        metadata["version"] = std::string(format_version);
+        metadata["epoch"] = std::to_string(epoch);
+
+        tensor_map tensors;
+        for (const auto& [name, t] : model.state_dict())
+            tensors.emplace(std::string(model_prefix) + name, t);
+        if (optimizer)
+        {
+            metadata["optimizer"] = std::string(optimizer->type_name());
+            for (const auto& [name, t] : optimizer->state_dict())
+                tensors.emplace(std::string(optimizer_prefix) + name, t);
+        }
+        save_safetensors(path, tensors, metadata);
+    }
+
+    checkpoint_info load_checkpoint(const std::filesystem::path& path, nn::module& model,
+                                    optim::optimizer* optimizer)
+    {
+        safetensors_content content = load_safetensors(path);
+        const metadata_map& metadata = content.metadata;
+        const auto meta = [&](const char* key) -> const std::string* {
+            const auto it = metadata.find(key);
+            return it == metadata.end() ? nullptr : &it->second;
+        };
+
+        // Without the right format tag nothing else in the file means what this code expects.
+        const std::string* format = meta("format");
+        if (!format || *format != format_name)
+            fail(path, "not an xgrad checkpoint (metadata 'format' is " +
+                           (format ? in_quotes(*format) : std::string("missing")) + ", expected " +
+                           in_quotes(format_name) + ")");
+        const std::string* version = meta("version");
+        if (!version || *version != format_version)
+            fail(path, "unsupported checkpoint version " + (version ? in_quotes(*version) : std::string("(missing)")) +
+                           "; this build reads version " + std::string(format_version));
+
+        std::vector<std::string> problems;
+        checkpoint_info info;
+        info.metadata = metadata;
+        const std::string* epoch = meta("epoch");
+        if (!epoch)
+            problems.push_back("metadata 'epoch' is missing");
+        else if (!parse_epoch(*epoch, info.epoch))
+            problems.push_back("metadata 'epoch' is " + in_quotes(*epoch) + ", not a non-negative integer");
+
+        // Model: the same names, shapes and dtypes as the module's own tensors.
+        const nn::module::state_dict_type current = model.state_dict();
+        nn::module::state_dict_type model_state;
+        for (const auto& [name, t] : current)
+        {
+            const auto it = content.tensors.find(std::string(model_prefix) + name);
+            if (it == content.tensors.end())
+                problems.push_back("model tensor " + in_quotes(std::string(model_prefix) + name) + " is missing");
+            else if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
+                problems.push_back("model tensor " + in_quotes(it->first) + " is " + describe(it->second) +
+                                   ", the model's is " + describe(t));
+            else
+                model_state.emplace(name, it->second);
+        }
+
+        // Optimizer: the type must match; its entries are checked by load_state_dict below.
+        const std::string* optimizer_type = meta("optimizer");
+        if (optimizer)
+        {
+            if (!optimizer_type)
+                problems.push_back("the checkpoint holds no optimizer state, the optimizer is " +
+                                   in_quotes(optimizer->type_name()));
+            else if (*optimizer_type != optimizer->type_name())
+                problems.push_back("optimizer type mismatch: the checkpoint's is " + in_quotes(*optimizer_type) +
+                                   ", the optimizer is " + in_quotes(optimizer->type_name()));
+        }
+        optim::optimizer::state_dict_type optimizer_state;
+        for (const auto& [name, t] : content.tensors)
+        {
+            if (starts_with(name, model_prefix))
+            {
+                if (current.find(name.substr(model_prefix.size())) == current.end())
+                    problems.push_back("unexpected tensor " + in_quotes(name) + ": the model has no " +
+                                       in_quotes(name.substr(model_prefix.size())));
+            }
+            else if (starts_with(name, optimizer_prefix) && optimizer_type)
+                optimizer_state.emplace(name.substr(optimizer_prefix.size()), t);
+            else
+                problems.push_back("unexpected tensor " + in_quotes(name) +
+                                   " (neither a model tensor nor optimizer state)");
+        }
+        if (!problems.empty())
+            fail(path, join(problems));
+
+        // Tensors go to the device of the value they replace: model tensors to their slot's,
+        // per-parameter optimizer buffers ("<parameter>.<buffer>") to their parameter's; the
+        // rest (the step counter) stays on the host.
+        for (auto& [name, t] : model_state)
+            t = t.to(current.at(name).device());
+        for (auto& [name, t] : optimizer_state)
+        {
+            const auto dot = name.rfind('.');
+            if (dot == std::string::npos)
+                continue;
+            const auto owner = current.find(name.substr(0, dot));
+            if (owner != current.end())
+                t = t.to(owner->second.device());
+        }
+
+        optim::optimizer::state_dict_type previous;
+        if (optimizer)
+        {
+            previous = optimizer->state_dict();
+            try
+            {
+                optimizer->load_state_dict(optimizer_state);
+            }
+            catch (const std::invalid_argument& e)
+            {
+                fail(path, std::string("bad optimizer state: ") + e.what());
+            }
+        }
+        try
+        {
+            model.load_state_dict(model_state);
+        }
+        catch (const std::exception& e)
+        {
+            if (optimizer)
+                optimizer->load_state_dict(previous);
+            fail(path, std::string("cannot load the model: ") + e.what());
+        }
+        return info;
+    }
+}

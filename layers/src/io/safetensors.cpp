@@ -1,0 +1,469 @@
+// The safetensors file format: writing (atomically) and reading (validating every field before
+// trusting it). The contract is in xgrad/io/safetensors.hpp.
+//
+// A file is read in one pass into memory (model files here are a few MB) and parsed from
+// there, so every check works on bytes already in hand and no tensor is created before the
+// whole header has been validated.
+#include "xgrad/io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xgrad/factories.hpp"
+
+// Tensor data is copied between memory and the file as raw bytes, and the format stores it
+// little-endian, so the raw copy is only right on a little-endian machine.
+#if !defined(__BYTE_ORDER__) || !defined(__ORDER_LITTLE_ENDIAN__)
+#error "xgrad's safetensors support needs __BYTE_ORDER__ to tell the machine's byte order"
+#endif
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors data is little-endian and is copied as raw bytes; a big-endian machine needs byte swaps");
+
+namespace xgrad::io
+{
+    namespace
+    {
+        namespace fs = std::filesystem;
+        using json = nlohmann::json;
+
+        /// Real headers are a few kB; a length above 100 MB marks a corrupt file, not a header
+        /// worth allocating for.
+        constexpr std::uint64_t max_header_bytes = 100'000'000;
+        constexpr std::string_view metadata_key = "__metadata__";
+
+        struct dtype_code
+        {
+            xgrad::dtype dt;
+            std::string_view code;
+        };
+
+        constexpr std::array<dtype_code, 5> dtype_codes{{{dtype::float64, "F64"},
+                                                         {dtype::float32, "F32"},
+                                                         {dtype::float16, "F16"},
+                                                         {dtype::bfloat16, "BF16"},
+                                                         {dtype::int64, "I64"}}};
+
+        std::string_view code_of(xgrad::dtype dt)
+        {
+            for (const auto& c : dtype_codes)
+                if (c.dt == dt)
+                    return c.code;
+            throw format_error("safetensors: dtype " + std::string(name(dt)) + " has no safetensors code");
+        }
+
+        const dtype_code* find_code(std::string_view code)
+        {
+            for (const auto& c : dtype_codes)
+                if (c.code == code)
+                    return &c;
+            return nullptr;
+        }
+
+        [[noreturn]] void fail(const fs::path& path, const std::string& what)
+        {
+            throw format_error(path.string() + ": " + what);
+        }
+
+        std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
+
+        std::string system_error_text(int err) { return std::strerror(err); }
+
+        // --- writing ----------------------------------------------------------------------
+
+        /// A uniquely named temporary file next to the target. It is removed by the destructor
+        /// unless commit() renamed it over the target, so every failure path cleans up.
+        class temporary_file
+        {
+        public:
+            explicit temporary_file(const fs::path& target) : m_target(target)
+            {
+                // O_EXCL makes the name ours alone; a clash with another writer just retries
+                // with a new random suffix.
+                std::random_device device;
+                std::mt19937_64 rng((std::uint64_t{device()} << 32) ^ device() ^
+                                    static_cast<std::uint64_t>(
+                                        std::chrono::steady_clock::now().time_since_epoch().count()));
+                int last_error = 0;
+                for (int attempt = 0; attempt < 16; ++attempt)
+                {
+                    char suffix[17];
+                    std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(rng()));
+                    m_name = target.string() + ".tmp-" + suffix;
+                    m_fd = ::open(m_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+                    if (m_fd >= 0)
+                        return;
+                    last_error = errno;
+                    if (last_error != EEXIST)
+                        break;
+                }
+                fail(m_target, "cannot create a temporary file next to it: " + system_error_text(last_error));
+            }
+
+            temporary_file(const temporary_file&) = delete;
+            temporary_file& operator=(const temporary_file&) = delete;
+
+            ~temporary_file()
+            {
+                if (m_fd >= 0)
+                    ::close(m_fd);
+                if (!m_committed)
+                    ::unlink(m_name.c_str());
+            }
+
+            void write(const void* data, std::size_t n)
+            {
+                const char* p = static_cast<const char*>(data);
+                while (n > 0)
+                {
+                    const ::ssize_t written = ::write(m_fd, p, n);
+                    if (written < 0)
+                    {
+                        if (errno == EINTR)
+                            continue;
+                        fail(m_target, "cannot write " + in_quotes(m_name) + ": " + system_error_text(errno));
+                    }
+                    p += written;
+                    n -= static_cast<std::size_t>(written);
+                }
+            }
+
+            /// Flushes the data to the disk, then renames the file over the target: a reader
+            /// sees either the old file or the complete new one.
+            void commit()
+            {
+                if (::fsync(m_fd) != 0)
+                    fail(m_target, "cannot flush " + in_quotes(m_name) + ": " + system_error_text(errno));
+                const int fd = std::exchange(m_fd, -1);
+                if (::close(fd) != 0)
+                    fail(m_target, "cannot close " + in_quotes(m_name) + ": " + system_error_text(errno));
+                if (::rename(m_name.c_str(), m_target.c_str()) != 0)
+                    fail(m_target, "cannot replace it with " + in_quotes(m_name) + ": " + system_error_text(errno));
+                m_committed = true;
+                // Make the rename itself durable. Best effort: some file systems refuse to
+                // sync a directory, and the data is already safely in place.
+                const fs::path parent = m_target.has_parent_path() ? m_target.parent_path() : fs::path(".");
+                const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dir >= 0)
+                {
+                    (void)::fsync(dir);
+                    ::close(dir);
+                }
+            }
+
+        private:
+            fs::path m_target;
+            std::string m_name;
+            int m_fd = -1;
+            bool m_committed = false;
+        };
+
+        // --- reading ----------------------------------------------------------------------
+
+        std::vector<unsigned char> read_whole_file(const fs::path& path)
+        {
+            const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                fail(path, "cannot open for reading: " + system_error_text(errno));
+            struct closer
+            {
+                int fd;
+                ~closer() { ::close(fd); }
+            } guard{fd};
+
+            struct ::stat info{};
+            if (::fstat(fd, &info) != 0)
+                fail(path, "cannot read: " + system_error_text(errno));
+            if (!S_ISREG(info.st_mode))
+                fail(path, "not a regular file");
+
+            std::vector<unsigned char> bytes(static_cast<std::size_t>(info.st_size));
+            std::size_t filled = 0;
+            for (;;)
+            {
+                if (filled == bytes.size()) // the file may have grown since fstat
+                    bytes.resize(std::max<std::size_t>(bytes.size() * 2, 4096));
+                const ::ssize_t got = ::read(fd, bytes.data() + filled, bytes.size() - filled);
+                if (got < 0)
+                {
+                    if (errno == EINTR)
+                        continue;
+                    fail(path, "cannot read: " + system_error_text(errno));
+                }
+                if (got == 0)
+                    break;
+                filled += static_cast<std::size_t>(got);
+            }
+            bytes.resize(filled);
+            return bytes;
+        }
+
+        /// One tensor entry of the header, validated on its own (the layout of all entries
+        /// together is checked afterwards).
+        struct entry
+        {
+            std::string name;
+            xgrad::dtype dt = dtype::float32;
+            shape_type shape;
+            std::uint64_t begin = 0;
+            std::uint64_t end = 0;
+        };
+
+        std::string json_type(const json& j) { return j.type_name(); }
+
+        std::string offsets_text(std::uint64_t begin, std::uint64_t end)
+        {
+            return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+        }
+
+        entry parse_entry(const fs::path& path, const std::string& name, const json& value, std::uint64_t data_size)
+        {
+            const std::string who = "tensor " + in_quotes(name) + ": ";
+            if (!value.is_object())
+                fail(path, who + "entry is not an object (it is " + json_type(value) + ")");
+            const auto field = [&](const char* key) -> const json& {
+                const auto it = value.find(key);
+                if (it == value.end())
+                    fail(path, who + "missing field '" + key + "'");
+                return *it;
+            };
+
+            entry e;
+            e.name = name;
+
+            const json& dt = field("dtype");
+            if (!dt.is_string())
+                fail(path, who + "field 'dtype' is not a string (it is " + json_type(dt) + ")");
+            const std::string code = dt.get<std::string>();
+            const dtype_code* known = find_code(code);
+            if (!known)
+                fail(path, who + "unknown dtype " + in_quotes(code) + " (known: F64, F32, F16, BF16, I64)");
+            e.dt = known->dt;
+
+            const json& shape = field("shape");
+            if (!shape.is_array())
+                fail(path, who + "field 'shape' is not an array (it is " + json_type(shape) + ")");
+            bool has_zero = false;
+            for (const json& extent : shape)
+            {
+                if (!extent.is_number_integer())
+                    fail(path, who + "field 'shape' holds " + extent.dump() + ", not an integer");
+                if (extent.is_number_unsigned())
+                {
+                    const auto v = extent.get<std::uint64_t>();
+                    if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+                        fail(path, who + "extent " + std::to_string(v) + " in field 'shape' is too large");
+                    e.shape.push_back(static_cast<std::int64_t>(v));
+                }
+                else
+                {
+                    const auto v = extent.get<std::int64_t>();
+                    if (v < 0)
+                        fail(path, who + "negative extent " + std::to_string(v) + " in field 'shape'");
+                    e.shape.push_back(v);
+                }
+                has_zero = has_zero || e.shape.back() == 0;
+            }
+            // Strides and byte counts are int64 products of the extents (a zero extent aside),
+            // so that product must fit even when a zero extent makes the tensor empty.
+            std::uint64_t span = itemsize(e.dt);
+            constexpr auto limit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+            for (const std::int64_t extent : e.shape)
+            {
+                const auto x = std::max<std::uint64_t>(static_cast<std::uint64_t>(extent), 1);
+                if (span > limit / x)
+                    fail(path, who + "shape " + shape_to_string(e.shape) + " has too many elements");
+                span *= x;
+            }
+            const std::uint64_t nbytes = has_zero ? 0 : span;
+
+            const json& offsets = field("data_offsets");
+            if (!offsets.is_array() || offsets.size() != 2)
+                fail(path, who + "field 'data_offsets' is " + offsets.dump() + ", not [begin, end]");
+            for (const json& o : offsets)
+                if (!o.is_number_unsigned())
+                    fail(path, who + "field 'data_offsets' is " + offsets.dump() +
+                                   ", not a pair of non-negative integers");
+            e.begin = offsets[0].get<std::uint64_t>();
+            e.end = offsets[1].get<std::uint64_t>();
+            const std::string where = "field 'data_offsets' " + offsets_text(e.begin, e.end);
+            if (e.end < e.begin)
+                fail(path, who + where + " ends before it begins");
+            if (e.end - e.begin != nbytes)
+                fail(path, who + where + " spans " + std::to_string(e.end - e.begin) + " bytes, but shape " +
+                               shape_to_string(e.shape) + " of " + code + " needs " + std::to_string(nbytes));
+            if (e.end > data_size)
+                fail(path, who + where + " reaches beyond the data region (" + std::to_string(data_size) +
+                               " bytes)");
+            return e;
+        }
+
+        metadata_map parse_metadata(const fs::path& path, const json& value)
+        {
+            if (!value.is_object())
+                fail(path, "'__metadata__' is not an object (it is " + json_type(value) + ")");
+            metadata_map out;
+            for (const auto& [key, v] : value.items())
+            {
+                if (!v.is_string())
+                    fail(path, "metadata entry " + in_quotes(key) + " is not a string (it is " + json_type(v) + ")");
+                out.emplace(key, v.get<std::string>());
+            }
+            return out;
+        }
+
+        /// The entries must tile the data region: sorted by offset, each starts where the
+        /// previous one ended, and the last ends at the end of the region. This rejects
+        /// overlapping tensors (two names aliasing bytes) and bytes that belong to no tensor.
+        void check_layout(const fs::path& path, std::vector<entry>& entries, std::uint64_t data_size)
+        {
+            std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
+                return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
+            std::uint64_t position = 0;
+            const entry* previous = nullptr;
+            for (const entry& e : entries)
+            {
+                if (e.begin < position)
+                    fail(path, "tensors " + in_quotes(previous->name) + " (data_offsets " +
+                                   offsets_text(previous->begin, previous->end) + ") and " + in_quotes(e.name) +
+                                   " (data_offsets " + offsets_text(e.begin, e.end) + ") overlap");
+                if (e.begin > position)
+                    fail(path, "gap in the data region: bytes [" + std::to_string(position) + ", " +
+                                   std::to_string(e.begin) + ") before tensor " + in_quotes(e.name) +
+                                   " belong to no tensor");
+                position = e.end;
+                previous = &e;
+            }
+            if (position != data_size)
+                fail(path, "gap in the data region: bytes [" + std::to_string(position) + ", " +
+                               std::to_string(data_size) + ") at its end belong to no tensor");
+        }
+    }
+
+    void save_safetensors(const std::filesystem::path& path, const tensor_map& tensors, const metadata_map& metadata)
+    {
+        // Every check comes before the temporary file exists, so bad input touches nothing.
+        json header = json::object();
+        if (!metadata.empty())
+            header[std::string(metadata_key)] = metadata;
+        std::uint64_t offset = 0;
+        for (const auto& [name, t] : tensors)
+        {
+            if (name == metadata_key)
+                fail(path, "'__metadata__' is reserved for the metadata and cannot name a tensor");
+            if (!t.defined())
+                fail(path, "tensor " + in_quotes(name) + " is undefined");
+            const std::uint64_t nbytes = static_cast<std::uint64_t>(t.numel()) * itemsize(t.dtype());
+            // std::map iterates in name order, so the data follows the sorted header entries.
+            header[name] = {{"dtype", code_of(t.dtype())},
+                            {"shape", t.shape()},
+                            {"data_offsets", {offset, offset + nbytes}}};
+            offset += nbytes;
+        }
+
+        std::string text;
+        try
+        {
+            text = header.dump(-1, ' ', false, json::error_handler_t::strict);
+        }
+        catch (const json::exception& e)
+        {
+            fail(path, std::string("a tensor name or metadata string is not valid UTF-8: ") + e.what());
+        }
+        // Padding keeps the data region 8-byte aligned within the file; trailing spaces are
+        // JSON whitespace, so every reader ignores them.
+        text.append((8 - text.size() % 8) % 8, ' ');
+
+        std::array<unsigned char, 8> length{};
+        for (std::size_t i = 0; i < 8; ++i)
+            length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+
+        temporary_file file(path);
+        file.write(length.data(), length.size());
+        file.write(text.data(), text.size());
+        std::vector<unsigned char> buffer;
+        for (const auto& [name, t] : tensors)
+        {
+            const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * itemsize(t.dtype());
+            if (nbytes == 0)
+                continue;
+            buffer.resize(nbytes);
+            try
+            {
+                // Contiguous, row-major and on the host, whatever the tensor's layout and device.
+                to_host(t, buffer.data(), t.dtype());
+            }
+            catch (const std::exception& e)
+            {
+                fail(path, "cannot copy tensor " + in_quotes(name) + " to the host: " + e.what());
+            }
+            file.write(buffer.data(), nbytes);
+        }
+        file.commit();
+    }
+
+    safetensors_content load_safetensors(const std::filesystem::path& path)
+    {
+        const std::vector<unsigned char> bytes = read_whole_file(path);
+        const std::uint64_t size = bytes.size();
+        if (size < 8)
+            fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+        std::uint64_t header_size = 0;
+        for (std::size_t i = 0; i < 8; ++i)
+            header_size |= std::uint64_t{bytes[i]} << (8 * i);
+        if (header_size > size - 8)
+            fail(path, "header length " + std::to_string(header_size) + " reaches beyond the end of the file (" +
+                           std::to_string(size) + " bytes)");
+        if (header_size > max_header_bytes)
+            fail(path, "header length " + std::to_string(header_size) + " exceeds the limit of " +
+                           std::to_string(max_header_bytes) + " bytes");
+
+        const auto header_begin = bytes.begin() + 8;
+        const auto data_begin = header_begin + static_cast<std::ptrdiff_t>(header_size);
+        const std::uint64_t data_size = size - 8 - header_size;
+
+        json header;
+        try
+        {
+            header = json::parse(header_begin, data_begin);
+        }
+        catch (const json::parse_error& e)
+        {
+            fail(path, std::string("header is not valid JSON: ") + e.what());
+        }
+        if (!header.is_object())
+            fail(path, "header is not a JSON object (it is " + json_type(header) + ")");
+
+        safetensors_content content;
+        std::vector<entry> entries;
+        for (const auto& [key, value] : header.items())
+        {
+            if (key == metadata_key)
+                content.metadata = parse_metadata(path, value);
+            else
+                entries.push_back(parse_entry(path, key, value, data_size));
+        }
+        check_layout(path, entries, data_size);
+
+        const unsigned char* data = bytes.data() + 8 + header_size;
+        for (const entry& e : entries)
+            content.tensors.emplace(e.name, from_host(data + e.begin, e.shape, e.dt));
+        return content;
+    }
+}

@@ -1,0 +1,310 @@
+// The thin layers: conv2d, linear, pooling, relu, flatten, dropout, sequential. Each checks
+// its options once, registers its parameters, and composes its forward from ops.
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "xgrad/layers/activation.hpp"
+#include "xgrad/layers/conv.hpp"
+#include "xgrad/layers/init.hpp"
+#include "xgrad/layers/pool.hpp"
+#include "xgrad/layers/sequential.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/shape.hpp"
+
+namespace xgrad::nn
+{
+    namespace
+    {
+        std::string pair_to_string(const std::array<std::int64_t, 2>& p)
+        {
+            return "[" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + "]";
+        }
+
+        void check_format(const module& m, const std::string& format)
+        {
+            if (format != "NCHW" && format != "NHWC")
+                throw xgrad::invalid_argument(std::string(m.type_name()) + ": data_format must be \"NCHW\" or \"NHWC\", got \"" +
+                                              format + "\"");
+        }
+
+        /// Rank-4 input whose channel axis (of `format`) has `channels` entries.
+        void check_image_input(const module& m, const tensor& x, const std::string& format, std::int64_t channels)
+        {
+            if (!x.defined())
+                throw xgrad::invalid_argument(std::string(m.type_name()) + ": the input is undefined");
+            if (x.dim() != 4)
+                throw xgrad::invalid_argument(std::string(m.type_name()) + ": expected a rank-4 " + format +
+                                              " input, got shape " + shape_to_string(x.shape()));
+            const std::int64_t c = x.size(format == "NCHW" ? 1 : 3);
+            if (channels > 0 && c != channels)
+                throw xgrad::invalid_argument(std::string(m.type_name()) + ": expected " + std::to_string(channels) +
+                                              " input channels (" + format + "), got shape " + shape_to_string(x.shape()));
+        }
+    }
+
+    // --- conv2d -----------------------------------------------------------------------------
+
+    conv2d::conv2d(const options_type& options, generator& gen) : m_options(options)
+    {
+        const auto& o = m_options;
+        check_format(*this, o.data_format);
+        if (o.in_channels < 1 || o.out_channels < 1)
+            fail("in_channels and out_channels must be at least 1, got " + std::to_string(o.in_channels) + " and " +
+                 std::to_string(o.out_channels));
+        if (o.groups < 1 || o.in_channels % o.groups != 0 || o.out_channels % o.groups != 0)
+            fail("groups (" + std::to_string(o.groups) + ") must be at least 1 and divide in_channels (" +
+                 std::to_string(o.in_channels) + ") and out_channels (" + std::to_string(o.out_channels) + ")");
+        for (int a = 0; a < 2; ++a)
+        {
+            if (o.kernel_size[a] < 1 || o.stride[a] < 1 || o.dilation[a] < 1)
+                fail("kernel_size " + pair_to_string(o.kernel_size) + ", stride " + pair_to_string(o.stride) +
+                     " and dilation " + pair_to_string(o.dilation) + " must be at least 1");
+            if (o.padding[a] < 0)
+                fail("padding must not be negative, got " + pair_to_string(o.padding));
+        }
+        if (!is_floating(o.dtype))
+            fail("dtype must be floating point, got " + std::string(name(o.dtype)));
+        const shape_type wshape{o.out_channels, o.in_channels / o.groups, o.kernel_size[0], o.kernel_size[1]};
+        register_parameter("weight", zeros(wshape, o.dtype));
+        if (o.bias)
+            register_parameter("bias", zeros({o.out_channels}, o.dtype));
+        reset_parameters(gen);
+    }
+
+    void conv2d::reset_parameters(generator& gen)
+    {
+        const tensor w = parameter("weight");
+        set_parameter("weight", init::initialize(m_options.weight_init, w.shape(), gen, m_options.dtype));
+        if (m_options.bias)
+            set_parameter("bias", init::fan_in_uniform({m_options.out_channels}, init::fans(w.shape()).first, gen,
+                                                       m_options.dtype));
+    }
+
+    tensor conv2d::forward(const tensor& x)
+    {
+        check_image_input(*this, x, m_options.data_format, m_options.in_channels);
+        conv2d_params p;
+        p.stride = m_options.stride;
+        p.padding = m_options.padding;
+        p.dilation = m_options.dilation;
+        p.groups = m_options.groups;
+        return xgrad::conv2d(x, parameter("weight"), m_options.bias ? parameter("bias") : tensor(), p,
+                             m_options.data_format);
+    }
+
+    std::string conv2d::describe() const
+    {
+        const auto& o = m_options;
+        std::ostringstream s;
+        s << "conv2d(" << o.in_channels << ", " << o.out_channels << ", kernel=" << pair_to_string(o.kernel_size)
+          << ", stride=" << pair_to_string(o.stride) << ", padding=" << pair_to_string(o.padding);
+        if (o.dilation != std::array<std::int64_t, 2>{1, 1})
+            s << ", dilation=" << pair_to_string(o.dilation);
+        if (o.groups != 1)
+            s << ", groups=" << o.groups;
+        s << ", bias=" << (o.bias ? "true" : "false") << ", " << o.data_format << ")";
+        return s.str();
+    }
+
+    // --- linear -----------------------------------------------------------------------------
+
+    linear::linear(const options_type& options, generator& gen) : m_options(options)
+    {
+        if (options.in_features < 1 || options.out_features < 1)
+            fail("in_features and out_features must be at least 1, got " + std::to_string(options.in_features) +
+                 " and " + std::to_string(options.out_features));
+        if (!is_floating(options.dtype))
+            fail("dtype must be floating point, got " + std::string(name(options.dtype)));
+        register_parameter("weight", zeros({options.out_features, options.in_features}, options.dtype));
+        if (options.bias)
+            register_parameter("bias", zeros({options.out_features}, options.dtype));
+        reset_parameters(gen);
+    }
+
+    void linear::reset_parameters(generator& gen)
+    {
+        const shape_type wshape{m_options.out_features, m_options.in_features};
+        set_parameter("weight", init::initialize(m_options.weight_init, wshape, gen, m_options.dtype));
+        if (m_options.bias)
+            set_parameter("bias", init::fan_in_uniform({m_options.out_features}, m_options.in_features, gen,
+                                                       m_options.dtype));
+    }
+
+    tensor linear::forward(const tensor& x)
+    {
+        if (!x.defined() || x.dim() < 1 || x.size(-1) != m_options.in_features)
+            fail("expected an input of shape [..., " + std::to_string(m_options.in_features) + "], got " +
+                 (x.defined() ? shape_to_string(x.shape()) : std::string("an undefined tensor")));
+        // matmul reads the transposed weight in place (no copy).
+        tensor y = matmul(x, parameter("weight").transpose(0, 1));
+        return m_options.bias ? y + parameter("bias") : y;
+    }
+
+    std::string linear::describe() const
+    {
+        return "linear(" + std::to_string(m_options.in_features) + ", " + std::to_string(m_options.out_features) +
+               ", bias=" + (m_options.bias ? "true" : "false") + ")";
+    }
+
+    // --- pooling ----------------------------------------------------------------------------
+
+    namespace
+    {
+        pool2d_params square_pool(std::int64_t k)
+        {
+            pool2d_params p;
+            p.kernel = {k, k};
+            return p;
+        }
+
+        std::string describe_pool(std::string_view name, const pool2d_params& p, const std::string& format)
+        {
+            std::string s = std::string(name) + "(kernel=" + pair_to_string(p.kernel) +
+                            ", stride=" + pair_to_string(p.stride.value_or(p.kernel)) +
+                            ", padding=" + pair_to_string(p.padding);
+            return s + ", " + format + ")";
+        }
+    }
+
+    max_pool2d::max_pool2d(const pool2d_params& params, std::string data_format)
+        : m_params(params), m_format(std::move(data_format))
+    {
+        check_format(*this, m_format);
+    }
+    max_pool2d::max_pool2d(std::int64_t kernel, std::string data_format)
+        : max_pool2d(square_pool(kernel), std::move(data_format))
+    {
+    }
+    tensor max_pool2d::forward(const tensor& x)
+    {
+        check_image_input(*this, x, m_format, 0);
+        return xgrad::max_pool2d(x, m_params, m_format);
+    }
+    std::string max_pool2d::describe() const { return describe_pool("max_pool2d", m_params, m_format); }
+
+    avg_pool2d::avg_pool2d(const pool2d_params& params, std::string data_format)
+        : m_params(params), m_format(std::move(data_format))
+    {
+        check_format(*this, m_format);
+    }
+    avg_pool2d::avg_pool2d(std::int64_t kernel, std::string data_format)
+        : avg_pool2d(square_pool(kernel), std::move(data_format))
+    {
+    }
+    tensor avg_pool2d::forward(const tensor& x)
+    {
+        check_image_input(*this, x, m_format, 0);
+        return xgrad::avg_pool2d(x, m_params, m_format);
+    }
+    std::string avg_pool2d::describe() const { return describe_pool("avg_pool2d", m_params, m_format); }
+
+    adaptive_avg_pool2d::adaptive_avg_pool2d(std::array<std::int64_t, 2> output_size, std::string data_format)
+        : m_output_size(output_size), m_format(std::move(data_format))
+    {
+        check_format(*this, m_format);
+        if (output_size[0] < 1 || output_size[1] < 1)
+            fail("output_size must be at least [1, 1], got " + pair_to_string(output_size));
+    }
+    tensor adaptive_avg_pool2d::forward(const tensor& x)
+    {
+        check_image_input(*this, x, m_format, 0);
+        return xgrad::adaptive_avg_pool2d(x, m_output_size, m_format);
+    }
+    std::string adaptive_avg_pool2d::describe() const
+    {
+        return "adaptive_avg_pool2d(output_size=" + pair_to_string(m_output_size) + ", " + m_format + ")";
+    }
+
+    // --- relu, flatten, dropout ---------------------------------------------------------------
+
+    tensor relu::forward(const tensor& x) { return xgrad::relu(x); }
+
+    flatten::flatten(std::int64_t start_dim, std::int64_t end_dim) : m_start(start_dim), m_end(end_dim) {}
+
+    tensor flatten::forward(const tensor& x)
+    {
+        if (!x.defined())
+            fail("the input is undefined");
+        const std::int64_t r = x.dim();
+        const std::int64_t s = m_start < 0 ? m_start + r : m_start, e = m_end < 0 ? m_end + r : m_end;
+        if (s < 0 || e >= r || s > e)
+            fail("dimensions " + std::to_string(m_start) + ".." + std::to_string(m_end) +
+                 " do not fit an input of shape " + shape_to_string(x.shape()));
+        shape_type shape(x.shape().begin(), x.shape().begin() + s);
+        std::int64_t merged = 1;
+        for (std::int64_t d = s; d <= e; ++d)
+            merged *= x.size(d);
+        shape.push_back(merged);
+        shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
+        return x.reshape(shape);
+    }
+
+    std::string flatten::describe() const
+    {
+        return "flatten(start_dim=" + std::to_string(m_start) + ", end_dim=" + std::to_string(m_end) + ")";
+    }
+
+    dropout::dropout(double p, std::uint64_t seed) : m_p(p), m_gen(seed)
+    {
+        if (!(p >= 0.0 && p < 1.0))
+            fail("p must be in [0, 1), got " + std::to_string(p));
+    }
+
+    tensor dropout::forward(const tensor& x)
+    {
+        if (!is_training() || m_p == 0.0)
+            return x;
+        // keep = (u >= p) with u ~ U[0, 1): P(keep) = 1 - p. The mask is a constant (no grad).
+        const tensor u = rand(x.shape(), m_gen, x.dtype(), x.device());
+        const tensor keep = ge(u, scalar_like(u, m_p));
+        return x * (keep * (1.0 / (1.0 - m_p)));
+    }
+
+    std::string dropout::describe() const { return "dropout(p=" + std::to_string(m_p) + ")"; }
+
+    // --- sequential ---------------------------------------------------------------------------
+
+    tensor sequential::forward(const tensor& x)
+    {
+        const auto children = named_children();
+        if (children.empty())
+            fail("forward of an empty sequential");
+        tensor y = x;
+        for (const auto& [n, c] : children)
+        {
+            try
+            {
+                y = c->forward(y);
+            }
+            catch (const xgrad::invalid_argument& e)
+            {
+                throw xgrad::invalid_argument("sequential: in '" + n + "': " + e.what());
+            }
+        }
+        return y;
+    }
+
+    std::string sequential::describe() const
+    {
+        std::string s = "sequential(\n";
+        for (const auto& [n, c] : named_children())
+        {
+            std::string inner = c->describe();
+            // indent nested lines
+            for (std::size_t pos = inner.find('\n'); pos != std::string::npos; pos = inner.find('\n', pos + 3))
+                inner.replace(pos, 1, "\n  ");
+            s += "  (" + n + "): " + inner + "\n";
+        }
+        return s + ")";
+    }
+
+    std::int64_t count_parameters(const module& m)
+    {
+        std::int64_t n = 0;
+        for (const auto& p : m.parameters())
+            n += p.numel();
+        return n;
+    }
+}

@@ -1,0 +1,402 @@
+// Optimizers (see optimizer.hpp for the contract).
+//
+// Every update is composed from xgrad's elementwise ops under no_grad, so it runs on the
+// parameter's device with the library's kernels and records nothing. Constant factors are
+// folded into doubles first and applied with the scalar operators, which keeps the number of
+// full-size passes (and temporaries) per parameter small: SGD without momentum is two passes,
+// Adam about a dozen.
+#include "xgrad/optim/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/ops/elementwise.hpp"
+
+namespace xgrad::optim
+{
+    namespace
+    {
+        using buffers_type = std::map<std::string, tensor>;
+
+        std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+        std::string number(double v)
+        {
+            std::ostringstream os;
+            os << v;
+            return os.str();
+        }
+
+        /// "shape [3], dtype float32, device cpu"
+        std::string describe(const tensor& t)
+        {
+            return "shape " + shape_to_string(t.shape()) + ", dtype " + std::string(name(t.dtype())) + ", device " +
+                   to_string(t.device());
+        }
+
+        std::string join(const std::vector<std::string>& parts, const std::string& sep)
+        {
+            std::string s;
+            for (const auto& p : parts)
+                s += (s.empty() ? "" : sep) + p;
+            return s;
+        }
+
+        [[noreturn]] void fail_option(std::string_view who, const std::string& what)
+        {
+            throw xgrad::invalid_argument(std::string(who) + ": " + what);
+        }
+
+        // The comparisons are written so that NaN fails them.
+        void check_non_negative(std::string_view who, const char* option, double v)
+        {
+            if (!(v >= 0.0) || !std::isfinite(v))
+                fail_option(who, std::string(option) + " must be a finite number >= 0, got " + number(v));
+        }
+
+        void check_unit_interval(std::string_view who, const char* option, double v, bool closed)
+        {
+            if (!(v >= 0.0) || (closed ? !(v <= 1.0) : !(v < 1.0)))
+                fail_option(who, std::string(option) + " must be in [0, 1" + (closed ? "]" : ")") + ", got " +
+                                     number(v));
+        }
+
+        /// Validates before the base is constructed, so that a bad option never yields an object.
+        const sgd_options& checked(const sgd_options& o)
+        {
+            check_non_negative("sgd", "lr", o.lr);
+            check_non_negative("sgd", "momentum", o.momentum);
+            check_unit_interval("sgd", "dampening", o.dampening, true);
+            check_non_negative("sgd", "weight_decay", o.weight_decay);
+            if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0))
+                fail_option("sgd", "nesterov requires momentum > 0 and dampening 0, got momentum " +
+                                       number(o.momentum) + ", dampening " + number(o.dampening));
+            return o;
+        }
+
+        const adam_options& checked(const adam_options& o, bool decoupled)
+        {
+            const std::string_view who = decoupled ? "adamw" : "adam";
+            check_non_negative(who, "lr", o.lr);
+            check_unit_interval(who, "beta1", o.beta1, false);
+            check_unit_interval(who, "beta2", o.beta2, false);
+            if (!(o.eps > 0.0) || !std::isfinite(o.eps))
+                fail_option(who, "eps must be a finite number > 0, got " + number(o.eps));
+            check_non_negative(who, "weight_decay", o.weight_decay);
+            return o;
+        }
+
+        /// Empty when t has the shape, dtype and device of p; otherwise what differs.
+        std::string mismatch(const tensor& t, const tensor& p)
+        {
+            if (!t.defined())
+                return "the tensor is undefined";
+            if (t.shape() != p.shape() || t.dtype() != p.dtype() || t.device() != p.device())
+                return "has " + describe(t) + ", the parameter has " + describe(p);
+            return {};
+        }
+    }
+
+    // --- optimizer --------------------------------------------------------------------------
+
+    optimizer::optimizer(nn::module& model, double lr) : m_model(&model), m_lr(lr)
+    {
+        // Subclasses check their options (with their own name) before this runs; this check
+        // only guards other subclasses. type_name() cannot be called yet.
+        check_non_negative("optimizer", "lr", lr);
+    }
+
+    optimizer::~optimizer() = default;
+
+    void optimizer::fail(const std::string& what) const
+    {
+        throw xgrad::invalid_argument(std::string(type_name()) + ": " + what);
+    }
+
+    void optimizer::set_lr(double lr)
+    {
+        if (!(lr >= 0.0) || !std::isfinite(lr))
+            fail("set_lr: lr must be a finite number >= 0, got " + number(lr));
+        m_lr = lr;
+    }
+
+    void optimizer::zero_grad() { model().zero_grad(); }
+
+    void optimizer::step()
+    {
+        struct pending
+        {
+            std::string m_name;
+            tensor m_value;
+            buffers_type m_buffers;
+        };
+
+        // Gradients are checked for every parameter first, so that a bad one cannot leave
+        // the module half updated.
+        std::vector<std::pair<std::string, tensor>> work; // (name, parameter), grad defined
+        std::vector<std::string> problems;
+        for (auto& [n, p] : model().named_parameters())
+        {
+            if (!p.requires_grad())
+                continue;
+            const tensor g = p.grad();
+            if (!g.defined())
+                continue;
+            const std::string bad = mismatch(g, p);
+            if (!bad.empty())
+                problems.push_back("the gradient of " + quoted(n) + " " + bad);
+            work.emplace_back(n, p);
+        }
+        if (!problems.empty())
+            fail("step: " + join(problems, "; "));
+
+        // The new values and buffers are all computed before any is stored: if an op throws
+        // (out of memory, ...), nothing has changed.
+        std::vector<pending> updates;
+        updates.reserve(work.size());
+        ++m_step;
+        try
+        {
+            no_grad guard;
+            for (const auto& [n, p] : work)
+            {
+                const dtype dt = p.dtype(), cdt = compute_dtype(dt);
+                // Detached handles: a gradient computed with create_graph must not pull its
+                // graph into the state, and the rule must see plain values.
+                tensor pc = p.detach(), gc = p.grad().detach();
+                buffers_type buffers;
+                if (const auto it = m_state.find(n); it != m_state.end())
+                    buffers = it->second;
+                // 16-bit parameters: one update in float32, rounded back once at the end,
+                // rather than a rounding after every op of the rule.
+                if (cdt != dt)
+                {
+                    pc = pc.to(cdt);
+                    gc = gc.to(cdt);
+                    for (auto& [b, t] : buffers)
+                        t = t.to(cdt);
+                }
+                tensor value = update(n, pc, gc, buffers);
+                if (cdt != dt)
+                {
+                    value = value.to(dt);
+                    for (auto& [b, t] : buffers)
+                        t = t.to(dt);
+                }
+                if (const std::string bad = mismatch(value, p); !bad.empty())
+                    throw std::logic_error(std::string(type_name()) + ": the update of " + quoted(n) + " " + bad);
+                for (const auto& [b, t] : buffers)
+                    if (const std::string bad = mismatch(t, p); !bad.empty())
+                        throw std::logic_error(std::string(type_name()) + ": buffer " + quoted(n + "." + b) + " " +
+                                               bad);
+                updates.push_back({n, value, std::move(buffers)});
+            }
+        }
+        catch (...)
+        {
+            --m_step;
+            throw;
+        }
+        for (auto& u : updates)
+        {
+            model().set_parameter(u.m_name, u.m_value);
+            m_state[u.m_name] = std::move(u.m_buffers);
+        }
+    }
+
+    // --- state --------------------------------------------------------------------------------
+
+    optimizer::state_dict_type optimizer::state_dict() const
+    {
+        state_dict_type out;
+        const std::int64_t step = m_step;
+        out.emplace("step", from_host(&step, {}, dtype::int64));
+        for (const auto& [n, buffers] : m_state)
+            for (const auto& [b, t] : buffers)
+                out.emplace(n + "." + b, t.detach());
+        return out;
+    }
+
+    std::vector<std::string> optimizer::state_dict_problems(const state_dict_type& state) const
+    {
+        std::vector<std::string> problems;
+
+        const auto step = state.find("step");
+        if (step == state.end())
+            problems.push_back("missing 'step' (an int64 tensor of shape [] counting the steps taken)");
+        else if (!step->second.defined())
+            problems.push_back("'step' is undefined");
+        else if (step->second.dtype() != dtype::int64 || step->second.dim() != 0)
+            problems.push_back("'step' must be an int64 tensor of shape [], got " + describe(step->second));
+        else
+        {
+            std::int64_t v = 0;
+            to_host(step->second, &v, dtype::int64);
+            if (v < 0)
+                problems.push_back("'step' must be >= 0, got " + std::to_string(v));
+        }
+
+        std::map<std::string, tensor> params;
+        for (auto& [n, p] : model().named_parameters())
+            params.emplace(n, p);
+        const std::vector<std::string> names = buffer_names();
+        const std::string known = names.empty() ? "none" : join(names, ", ");
+        std::map<std::string, std::vector<std::string>> present; // parameter -> buffers given
+
+        for (const auto& [key, t] : state)
+        {
+            if (key == "step")
+                continue;
+            // Buffer names have no '.', so the last one separates them from the parameter's
+            // full (dotted) name.
+            const auto dot = key.rfind('.');
+            if (dot == std::string::npos)
+            {
+                problems.push_back(quoted(key) + ": not 'step' nor a '<parameter>.<buffer>' name");
+                continue;
+            }
+            const std::string pname = key.substr(0, dot), bname = key.substr(dot + 1);
+            const auto p = params.find(pname);
+            if (p == params.end())
+            {
+                problems.push_back(quoted(key) + ": the model has no parameter " + quoted(pname));
+                continue;
+            }
+            if (std::find(names.begin(), names.end(), bname) == names.end())
+            {
+                problems.push_back(quoted(key) + ": unknown buffer " + quoted(bname) + " (" + std::string(type_name()) +
+                                   " keeps: " + known + ")");
+                continue;
+            }
+            present[pname].push_back(bname);
+            if (const std::string bad = mismatch(t, p->second); !bad.empty())
+                problems.push_back(quoted(key) + ": " + bad);
+        }
+
+        for (const auto& [pname, given] : present)
+            for (const auto& b : names)
+                if (std::find(given.begin(), given.end(), b) == given.end())
+                    problems.push_back("parameter " + quoted(pname) + " has " + quoted(pname + "." + given.front()) +
+                                       " but lacks " + quoted(pname + "." + b));
+        return problems;
+    }
+
+    void optimizer::load_state_dict(const state_dict_type& state)
+    {
+        const std::vector<std::string> problems = state_dict_problems(state);
+        if (!problems.empty())
+            fail("load_state_dict: " + join(problems, "; "));
+
+        std::map<std::string, buffers_type> loaded;
+        for (const auto& [key, t] : state)
+        {
+            if (key == "step")
+                continue;
+            const auto dot = key.rfind('.');
+            loaded[key.substr(0, dot)][key.substr(dot + 1)] = t.detach();
+        }
+        std::int64_t step = 0;
+        to_host(state.at("step"), &step, dtype::int64);
+        m_state = std::move(loaded);
+        m_step = step;
+    }
+
+    // --- sgd ----------------------------------------------------------------------------------
+
+    sgd::sgd(nn::module& model, const sgd_options& options) : optimizer(model, checked(options).lr), m_options(options)
+    {
+    }
+
+    std::vector<std::string> sgd::buffer_names() const { return {"momentum_buffer"}; }
+
+    tensor sgd::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state)
+    {
+        const sgd_options& o = m_options;
+        tensor d = o.weight_decay != 0.0 ? g + p * o.weight_decay : g;
+        if (o.momentum != 0.0)
+        {
+            tensor& b = state["momentum_buffer"];
+            if (!b.defined())
+                b = d; // tensors are immutable: sharing d's storage is safe
+            else if (o.dampening == 0.0)
+                b = b * o.momentum + d;
+            else
+                b = b * o.momentum + d * (1.0 - o.dampening);
+            d = o.nesterov ? d + b * o.momentum : b;
+        }
+        return p - d * lr();
+    }
+
+    // --- adam / adamw ---------------------------------------------------------------------------
+
+    adam::adam(nn::module& model, const adam_options& options, bool decoupled_weight_decay)
+        : optimizer(model, checked(options, decoupled_weight_decay).lr), m_options(options),
+          m_decoupled(decoupled_weight_decay)
+    {
+    }
+
+    std::vector<std::string> adam::buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+    tensor adam::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state)
+    {
+        const adam_options& o = m_options;
+        const double t = static_cast<double>(step_count());
+        tensor base = p, grad = g;
+        if (o.weight_decay != 0.0)
+        {
+            if (m_decoupled)
+                base = p * (1.0 - lr() * o.weight_decay);
+            else
+                grad = g + p * o.weight_decay;
+        }
+        // The buffers start at zero: b m + (1 - b) g is then exactly (1 - b) g, so the first
+        // step skips the multiplication by zero.
+        tensor& m = state["exp_avg"];
+        tensor& v = state["exp_avg_sq"];
+        const tensor scaled = grad * (1.0 - o.beta1);
+        m = m.defined() ? m * o.beta1 + scaled : scaled;
+        const tensor scaled_sq = grad * grad * (1.0 - o.beta2);
+        v = v.defined() ? v * o.beta2 + scaled_sq : scaled_sq;
+
+        // lr (m / c1) / (sqrt(v / c2) + eps) with the bias corrections c1, c2 folded into
+        // scalars: sqrt(v / c2) = sqrt(v) / sqrt(c2).
+        const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);
+        const tensor denom = sqrt(v) * (1.0 / std::sqrt(c2)) + o.eps;
+        return base - m / denom * (lr() / c1);
+    }
+
+    // --- factories ----------------------------------------------------------------------------
+
+    std::unique_ptr<optimizer> make_adamw(nn::module& model, adam_options options)
+    {
+        return std::make_unique<adam>(model, options, true);
+    }
+
+    std::unique_ptr<optimizer> make_optimizer(const std::string& name, nn::module& model, double lr)
+    {
+        if (name == "sgd")
+        {
+            sgd_options o;
+            o.lr = lr;
+            o.momentum = 0.9;
+            o.nesterov = true;
+            return std::make_unique<sgd>(model, o);
+        }
+        if (name == "adam" || name == "adamw")
+        {
+            adam_options o;
+            o.lr = lr;
+            if (name == "adamw")
+                o.weight_decay = 0.01;
+            return std::make_unique<adam>(model, o, name == "adamw");
+        }
+        throw xgrad::invalid_argument("make_optimizer: unknown optimizer " + quoted(name) +
+                                      "; the choices are 'sgd', 'adam', 'adamw'");
+    }
+}
