@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The script behind README's Quick start:
 #
-#   tools/bootstrap.sh example         install missing Debian packages, build, run examples/two_moons
+#   tools/bootstrap.sh example [ARGS]  install missing Debian packages (and the Fashion-MNIST
+#                                      data), build, train examples/train_fashion_mnist [ARGS]
 #   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, build, run ctest, then
 #                                      build again with ASan+UBSan and run the tests there too
 #                                      (ARGS go to ctest, e.g. `-L gradcheck`)
@@ -13,7 +14,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: tools/bootstrap.sh example [ARGS...]   build, then run build/examples/two_moons [ARGS...]
+usage: tools/bootstrap.sh example [ARGS...]   build, then train build/examples/train_fashion_mnist [ARGS...]
        tools/bootstrap.sh test [ARGS...]      build, then run ctest [ARGS...] (e.g. -L gradcheck)
 
 Installs missing Debian packages first (as root; otherwise prints the apt-get line to run).
@@ -50,10 +51,11 @@ step "Checking Debian packages"
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "dpkg-query not found (not a Debian-based system?): skipping the package check."
   echo "Needed: CMake >= 3.20, a C++17 compiler, make or ninja, xtensor, xtl, xsimd, doctest,"
-  echo "zlib, OpenBLAS and pkg-config."
+  echo "zlib, OpenBLAS, nlohmann-json and pkg-config, and the Fashion-MNIST files (IDX, gzip) in"
+  echo "/usr/share/datasets/fashion-mnist or a folder given to the example with --data-dir."
 else
   packages=(cmake g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
-            nlohmann-json3-dev pkg-config)
+            nlohmann-json3-dev pkg-config dataset-fashion-mnist)
   # A build tool: ninja-build if it is there, otherwise make.
   if is_installed ninja-build; then
     packages+=(ninja-build)
@@ -103,7 +105,7 @@ cmake --build "$build_dir" -j"$jobs"
 
 # ---- 3. Run --------------------------------------------------------------------------------
 if [[ $mode == example ]]; then
-  exe="$build_dir/examples/two_moons"
+  exe="$build_dir/examples/train_fashion_mnist"
   [[ -x "$exe" ]] || die "$exe was not built"
   step "Running: $exe $*"
   "$exe" "$@"

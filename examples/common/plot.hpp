@@ -1,0 +1,61 @@
+#ifndef XGRAD_EXAMPLES_COMMON_PLOT_HPP
+#define XGRAD_EXAMPLES_COMMON_PLOT_HPP
+
+// Per-epoch training metrics of the example programs: a CSV log (written and read back so a
+// resumed run can append to it) and an SVG chart of loss and accuracy to open in a browser.
+//
+// Every file is written atomically: the content goes to a temporary file in the destination
+// folder, which is then renamed over the destination, so a reader never sees half a file and
+// an interrupted run leaves the earlier file intact.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace xgrad::examples
+{
+    // One row of metrics. Accuracies are fractions in [0, 1] (the chart shows percent);
+    // losses are mean cross-entropy; seconds is the wall time of the epoch's training loop.
+    // A value that was not measured may be NaN: the chart skips it and the CSV keeps it.
+    struct epoch_metrics
+    {
+        int epoch = 0;
+        double train_loss = 0.0;
+        double train_accuracy = 0.0;
+        double test_loss = 0.0;
+        double test_accuracy = 0.0;
+        double seconds = 0.0;
+    };
+
+    // The header line of the CSV log (without the line end).
+    inline constexpr const char* metrics_csv_header =
+        "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds";
+
+    // Writes the header and one row per element, in the given order, doubles with 17
+    // significant digits (so they read back exactly). Throws std::runtime_error naming the
+    // path when the file cannot be written (e.g. a missing folder).
+    void write_metrics_csv(const std::filesystem::path& path,
+                           const std::vector<epoch_metrics>& metrics);
+
+    // Reads a file written by write_metrics_csv; blank lines and "\r\n" line ends are
+    // accepted, "nan" and "inf" read back as such. Throws std::runtime_error naming the path
+    // when it cannot be opened, and the path and line number when the header or a row is
+    // malformed (wrong field count, a field that is not a number, a non-integer epoch).
+    std::vector<epoch_metrics> read_metrics_csv(const std::filesystem::path& path);
+
+    // The SVG document write_metrics_svg writes: two panels side by side (loss per epoch and
+    // accuracy per epoch in percent, train and test each), axes with ticks and labels, a
+    // legend, the title (XML-escaped) on top. Each series is one <path> (broken where a value
+    // is not finite, absent when the series has no finite value) plus one <circle> per finite
+    // point, so a single epoch still shows. Rows are drawn in epoch order. Throws
+    // std::invalid_argument when a finite accuracy lies outside [0, 1].
+    std::string metrics_svg(const std::vector<epoch_metrics>& metrics, const std::string& title);
+
+    // Writes metrics_svg(metrics, title) to path. Throws std::runtime_error naming the path
+    // when the file cannot be written, std::invalid_argument (naming the path) for bad metrics.
+    void write_metrics_svg(const std::filesystem::path& path,
+                           const std::vector<epoch_metrics>& metrics,
+                           const std::string& title);
+}
+
+#endif

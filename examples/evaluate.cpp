@@ -1,0 +1,106 @@
+// Loads a checkpoint written by train_fashion_mnist and prints its test accuracy and the
+// confusion matrix on the Fashion-MNIST test set.
+//
+//   evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device cpu|cuda] [--limit N]
+//
+// The checkpoint's metadata says which activation layout the model was trained in.
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <string>
+
+#include "common/training.hpp"
+
+namespace
+{
+    const char* usage_text = "usage: evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device D] [--limit N]\n";
+
+    [[noreturn]] void usage_error(const std::string& message)
+    {
+        std::cerr << "evaluate: " << message << "\n\n" << usage_text;
+        std::exit(2);
+    }
+}
+
+int main(int argc, char** argv)
+{
+    std::string checkpoint, data_dir = xgrad::data::default_fashion_mnist_dir, device = "cpu";
+    int threads = 0;
+    std::int64_t limit = 0;
+    for (int i = 1; i < argc; ++i)
+    {
+        const std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help")
+        {
+            std::cout << usage_text;
+            return 0;
+        }
+        if (i + 1 >= argc)
+            usage_error(flag + " needs a value");
+        const std::string value = argv[++i];
+        try
+        {
+            if (flag == "--checkpoint") checkpoint = value;
+            else if (flag == "--data-dir") data_dir = value;
+            else if (flag == "--device") device = value;
+            else if (flag == "--threads") threads = std::stoi(value);
+            else if (flag == "--limit") limit = std::stoll(value);
+            else usage_error("unknown option '" + flag + "'");
+        }
+        catch (const std::logic_error&)
+        {
+            usage_error(flag + " expects a number, got '" + value + "'");
+        }
+    }
+    if (checkpoint.empty())
+        usage_error("--checkpoint is required");
+
+    try
+    {
+        if (threads > 0)
+            xgrad::set_num_threads(threads);
+        const xgrad::device dev = xgrad::parse_device(device);
+        // The layout is part of the model: read it before building the model to load into.
+        const auto content = xgrad::io::load_safetensors(checkpoint);
+        const auto fmt = content.metadata.find("data_format");
+        if (fmt == content.metadata.end())
+            throw xgrad::io::format_error(checkpoint + ": no 'data_format' metadata: not written by train_fashion_mnist");
+        xgrad::generator gen(0); // the weights are replaced by the checkpoint's
+        auto model = xgrad::examples::make_fashion_model(fmt->second, gen);
+        model->to(dev);
+        const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
+        const auto test = xgrad::data::load_mnist(data_dir, false, limit);
+        const auto ev = xgrad::examples::evaluate(*model, test, fmt->second, dev);
+
+        std::cout << "checkpoint: " << checkpoint << " (epoch " << info.epoch << ", " << fmt->second << ")\n"
+                  << "test images: " << test.size << "\n"
+                  << "test loss: " << std::fixed << std::setprecision(4) << ev.loss << "\n"
+                  << "test accuracy: " << std::setprecision(2) << 100.0 * ev.accuracy << "%\n\n"
+                  << "confusion matrix (rows: true class, columns: predicted class)\n";
+        std::cout << std::setw(14) << "";
+        for (int j = 0; j < 10; ++j)
+            std::cout << std::setw(6) << j;
+        std::cout << "  recall\n";
+        for (int i = 0; i < 10; ++i)
+        {
+            std::int64_t total = 0;
+            for (int j = 0; j < 10; ++j)
+                total += ev.confusion[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+            std::cout << std::setw(2) << i << " " << std::left << std::setw(11)
+                      << xgrad::examples::fashion_mnist_classes[i] << std::right;
+            for (int j = 0; j < 10; ++j)
+                std::cout << std::setw(6) << ev.confusion[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+            const double recall =
+                total ? 100.0 * static_cast<double>(ev.confusion[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)]) /
+                            static_cast<double>(total)
+                      : 0.0;
+            std::cout << std::setw(7) << std::setprecision(1) << recall << "%\n";
+        }
+    }
+    catch (const std::exception& e)
+    {
+        std::cerr << "evaluate: error: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}
