@@ -24,6 +24,7 @@ namespace
 
 int main(int argc, char** argv)
 {
+    xgrad::examples::restart_with_short_blas_spin(argv);
     std::string checkpoint, data_dir = xgrad::data::default_fashion_mnist_dir, device = "cpu";
     int threads = 0;
     std::int64_t limit = 0;

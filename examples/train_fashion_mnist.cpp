@@ -123,6 +123,7 @@ namespace
 
 int main(int argc, char** argv)
 {
+    xgrad::examples::restart_with_short_blas_spin(argv);
     const xgrad::examples::train_config config = parse(argc, argv);
     try
     {

@@ -2,7 +2,9 @@
 // adjoint pair that gathers elements at int64 positions and scatters them back. They move one
 // element per index and compare, with nothing to vectorise, so (like one_hot) they have no
 // reference twin and are the same in every XGRAD_SIMD configuration.
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/convert.hpp"
@@ -25,12 +27,47 @@ namespace xgrad::cpu
         }
     }
 
+    namespace
+    {
+        /// The taps k in [0, kernel) whose position o * stride - pad + k * dilation lies in
+        /// [0, extent): a contiguous range [first, last), since positions grow with k.
+        std::pair<std::int64_t, std::int64_t> inside_taps(std::int64_t o, std::int64_t stride, std::int64_t pad,
+                                                          std::int64_t dilation, std::int64_t kernel,
+                                                          std::int64_t extent)
+        {
+            const std::int64_t start = o * stride - pad;
+            std::int64_t first = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+            std::int64_t last = start >= extent ? 0 : (extent - start + dilation - 1) / dilation;
+            last = std::min(last, kernel);
+            first = std::min(first, last);
+            return {first, last};
+        }
+    }
+
     void max_pool2d_argmax(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
                            const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
     {
         detail::visit_with_stats(dt, [&](auto tag, auto) {
             using T = decltype(tag);
             const T* xp = static_cast<const T*>(x);
+            // The taps inside the input depend on the row or column of a window only: found
+            // once here, not per plane.
+            struct span
+            {
+                std::int64_t first, last, offset; // tap range, element offset of tap 0
+            };
+            std::vector<span> rows(static_cast<std::size_t>(d.oh)), cols(static_cast<std::size_t>(d.ow));
+            for (std::int64_t oh = 0; oh < d.oh; ++oh)
+            {
+                const auto [i0, i1] = inside_taps(oh, d.sh, d.ph, d.dh, d.kh, d.h);
+                rows[static_cast<std::size_t>(oh)] = {i0, i1, (oh * d.sh - d.ph) * x_strides[2]};
+            }
+            for (std::int64_t ow = 0; ow < d.ow; ++ow)
+            {
+                const auto [j0, j1] = inside_taps(ow, d.sw, d.pw, d.dw, d.kw, d.w);
+                cols[static_cast<std::size_t>(ow)] = {j0, j1, (ow * d.sw - d.pw) * x_strides[3]};
+            }
+            const std::int64_t step_i = d.dh * x_strides[2], step_j = d.dw * x_strides[3];
             // One (n, c) plane per work item: each writes only its own outputs, so the result
             // does not depend on the thread count.
             const std::int64_t per_plane = std::max<std::int64_t>(1, d.oh * d.ow * d.kh * d.kw);
@@ -38,38 +75,46 @@ namespace xgrad::cpu
                 for (std::int64_t p = b; p < e; ++p)
                 {
                     const std::int64_t n = p / d.c, c = p % d.c;
-                    const std::int64_t base = n * x_strides[0] + c * x_strides[1];
+                    const T* plane = xp + n * x_strides[0] + c * x_strides[1];
+                    const std::int64_t plane_offset = n * x_strides[0] + c * x_strides[1];
                     std::int64_t* out = idx + n * idx_strides[0] + c * idx_strides[1];
                     for (std::int64_t oh = 0; oh < d.oh; ++oh)
+                    {
+                        const span r = rows[static_cast<std::size_t>(oh)];
+                        std::int64_t* out_row = out + oh * idx_strides[2];
                         for (std::int64_t ow = 0; ow < d.ow; ++ow)
                         {
-                            std::int64_t best = -1;
-                            decltype(wide(T{})) best_v{};
-                            bool best_nan = false;
-                            for (std::int64_t i = 0; i < d.kh; ++i)
-                            {
-                                const std::int64_t h = oh * d.sh - d.ph + i * d.dh;
-                                if (h < 0 || h >= d.h)
-                                    continue;
-                                for (std::int64_t j = 0; j < d.kw; ++j)
+                            const span q = cols[static_cast<std::size_t>(ow)];
+                            const std::int64_t origin = r.offset + q.offset;
+                            // The op guarantees every window reaches the input, so the tap
+                            // ranges are not empty; start from the first tap inside.
+                            std::int64_t best = origin + r.first * step_i + q.first * step_j;
+                            auto best_v = wide(plane[best]);
+                            // The first maximum wins. `!(v <= best_v)` is true for a larger v
+                            // and for a NaN v; a NaN ends the search (the first NaN wins and
+                            // propagates, as in xgrad::max).
+                            if (best_v == best_v)
+                                for (std::int64_t i = r.first; i < r.last; ++i)
                                 {
-                                    const std::int64_t w = ow * d.sw - d.pw + j * d.dw;
-                                    if (w < 0 || w >= d.w)
-                                        continue;
-                                    const std::int64_t off = base + h * x_strides[2] + w * x_strides[3];
-                                    const auto v = wide(xp[off]);
-                                    // The first maximum wins; a NaN wins over any number and
-                                    // the first NaN stays (NaN propagates, as in xgrad::max).
-                                    if (best < 0 || (!best_nan && (v > best_v || std::isnan(v))))
+                                    const std::int64_t row = origin + i * step_i;
+                                    std::int64_t j = q.first;
+                                    for (; j < q.last; ++j)
                                     {
-                                        best = off;
-                                        best_v = v;
-                                        best_nan = std::isnan(v);
+                                        const auto v = wide(plane[row + j * step_j]);
+                                        if (!(v <= best_v))
+                                        {
+                                            best = row + j * step_j;
+                                            best_v = v;
+                                            if (v != v)
+                                                break;
+                                        }
                                     }
+                                    if (best_v != best_v)
+                                        break;
                                 }
-                            }
-                            out[oh * idx_strides[2] + ow * idx_strides[3]] = best;
+                            out_row[ow * idx_strides[3]] = plane_offset + best;
                         }
+                    }
                 }
             });
         });

@@ -1,7 +1,10 @@
 // The Fashion-MNIST training run (see training.hpp).
 #include "common/training.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <iomanip>
 #include <ostream>
@@ -41,6 +44,15 @@ namespace xgrad::examples
         model->add("relu3", std::make_shared<nn::relu>());
         model->add("fc2", std::make_shared<nn::linear>(128, 10, gen));
         return model;
+    }
+
+    void restart_with_short_blas_spin(char** argv)
+    {
+        if (std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr)
+            return;
+        if (::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0) != 0)
+            return;
+        ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
     }
 
     std::filesystem::path checkpoint_path(const std::filesystem::path& out, std::int64_t epoch)

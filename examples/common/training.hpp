@@ -71,4 +71,14 @@ namespace xgrad::examples
     std::filesystem::path checkpoint_path(const std::filesystem::path& out, std::int64_t epoch);
 
     extern const char* const fashion_mnist_classes[10];
+
+    /// OpenBLAS (xgrad's GEMM) reads OPENBLAS_THREAD_TIMEOUT once, when the library is loaded:
+    /// for how long its worker threads spin (calling sched_yield) after each GEMM before they
+    /// sleep. In a training step GEMMs alternate with xgrad's own parallel kernels, and with the
+    /// default timeout the spinning threads take the cores from xgrad's pool (measured on the
+    /// 2-core development machine: 868 images/s by default, 1153 with a timeout of 2^4 cycles).
+    /// When the variable is unset, this sets it to 4 and restarts the program once (execv of
+    /// /proc/self/exe with the same arguments); it returns when nothing needs doing or the
+    /// restart is impossible. Call it first thing in main.
+    void restart_with_short_blas_spin(char** argv);
 }

@@ -4,6 +4,9 @@
 #   2. configure + build CONSUMER_SOURCE_DIR in <WORK_DIR>/build with CMAKE_PREFIX_PATH=<prefix>,
 #      the same generator, C++ compiler, flags and build type as xgrad's own build
 #   3. run the consumer executable
+#   4. the same for the tutorial's project (docs/tutorial, TUTORIAL_SOURCE_DIR): configure, build,
+#      and train it for one epoch on the first 512 images of TUTORIAL_DATA_DIR when that folder
+#      holds the Fashion-MNIST files (otherwise it is only built, and the test says so)
 #
 # Any failing step fails the script (and the test) with that step's command and output.
 cmake_minimum_required(VERSION 3.20)
@@ -26,6 +29,7 @@ function(run_step what)
   string(REPLACE ";" " " shown "${ARGN}")
   message(STATUS "[install_consumer] ${what}: ${shown}")
   execute_process(COMMAND ${ARGN}
+    WORKING_DIRECTORY "${WORK_DIR}"
     RESULT_VARIABLE rc
     OUTPUT_VARIABLE out
     ERROR_VARIABLE out)
@@ -48,8 +52,6 @@ run_step("install xgrad" "${CMAKE_COMMAND}" --install "${XGRAD_BINARY_DIR}" --pr
 
 # 2. Configure and build the consumer project against the fresh prefix only.
 set(configure_args
-  -S "${CONSUMER_SOURCE_DIR}"
-  -B "${build}"
   -G "${GENERATOR}"
   "-DCMAKE_PREFIX_PATH=${prefix}"
   "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
@@ -68,7 +70,7 @@ endif()
 if(DEFINED CONFIG AND NOT CONFIG STREQUAL "")
   list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONFIG}")
 endif()
-run_step("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
+run_step("configure consumer" "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" -B "${build}" ${configure_args})
 
 # The package must have come from the prefix we just installed, not from anywhere else.
 file(STRINGS "${build}/CMakeCache.txt" xgrad_dir_line REGEX "^xgrad_DIR:")
@@ -85,22 +87,40 @@ endif()
 
 run_step("build consumer" "${CMAKE_COMMAND}" --build "${build}" ${config_args})
 
-# 3. Run it. Single-config generators put it in the build dir, multi-config ones in <config>/.
-set(exe_name "consumer")
-if(CMAKE_HOST_WIN32)
-  set(exe_name "consumer.exe")
-endif()
-set(exe "")
-foreach(candidate "${build}/${exe_name}" "${build}/${CONFIG}/${exe_name}")
-  if(EXISTS "${candidate}" AND NOT IS_DIRECTORY "${candidate}")
-    set(exe "${candidate}")
-    break()
+# find_built(<var> <build dir> <name>): the executable <name> that a build put in <build dir>
+# (single-config generators) or <build dir>/<config> (multi-config ones); fails when absent.
+function(find_built var dir name)
+  if(CMAKE_HOST_WIN32)
+    string(APPEND name ".exe")
   endif()
-endforeach()
-if(exe STREQUAL "")
-  message(FATAL_ERROR "[install_consumer] FAILED: built the consumer, but found no executable "
-                      "'${exe_name}' in ${build}")
-endif()
+  foreach(candidate "${dir}/${name}" "${dir}/${CONFIG}/${name}")
+    if(EXISTS "${candidate}" AND NOT IS_DIRECTORY "${candidate}")
+      set(${var} "${candidate}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  message(FATAL_ERROR "[install_consumer] FAILED: the build found no executable '${name}' in ${dir}")
+endfunction()
+
+# 3. Run it.
+find_built(exe "${build}" consumer)
 run_step("run consumer" "${exe}")
 message(STATUS "[install_consumer] consumer output:\n${step_output}")
+
+# 4. The tutorial's project, as docs/tutorial.md builds it.
+if(DEFINED TUTORIAL_SOURCE_DIR AND NOT TUTORIAL_SOURCE_DIR STREQUAL "")
+  set(tutorial_build "${WORK_DIR}/tutorial")
+  run_step("configure tutorial" "${CMAKE_COMMAND}" -S "${TUTORIAL_SOURCE_DIR}" -B "${tutorial_build}" ${configure_args})
+  run_step("build tutorial" "${CMAKE_COMMAND}" --build "${tutorial_build}" ${config_args})
+  find_built(tutorial_exe "${tutorial_build}" my_cnn)
+  if(EXISTS "${TUTORIAL_DATA_DIR}/train-images-idx3-ubyte.gz")
+    run_step("run tutorial" "${tutorial_exe}" "${TUTORIAL_DATA_DIR}" 512 1)
+    message(STATUS "[install_consumer] tutorial output:\n${step_output}")
+    if(NOT step_output MATCHES "test accuracy: " OR NOT EXISTS "${WORK_DIR}/my_cnn.safetensors")
+      message(FATAL_ERROR "[install_consumer] FAILED: the tutorial printed no test accuracy or wrote no checkpoint")
+    endif()
+  else()
+    message(STATUS "[install_consumer] no Fashion-MNIST at '${TUTORIAL_DATA_DIR}': the tutorial was built, not run")
+  endif()
+endif()
 message(STATUS "[install_consumer] OK")
