@@ -119,7 +119,7 @@ else
   if [[ ${XGRAD_SKIP_SANITIZERS:-0} != 1 ]]; then
     san_dir=${SANITIZE_BUILD_DIR:-$build_dir-sanitize}
     san_args=(-S . -B "$san_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXGRAD_SANITIZE=ON -DXGRAD_USE_CUDA=OFF
-              -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_TESTS=ON)
+              -DXGRAD_BUILD_EXAMPLES=ON -DXGRAD_BUILD_TESTS=ON)
     if [[ ! -f "$san_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
       san_args+=(-G Ninja)
     fi

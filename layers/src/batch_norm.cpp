@@ -3,6 +3,8 @@
 #include "xgrad/layers/batch_norm.hpp"
 
 #include <cmath>
+#include <sstream>
+#include <string>
 
 #include "xgrad/autograd.hpp"
 #include "xgrad/factories.hpp"
@@ -125,6 +127,22 @@ namespace xgrad::nn
         if (x.device() != m_options.device)
             fail("the input is on " + to_string(x.device()) + " but the layer's tensors are on " +
                  to_string(m_options.device));
+    }
+
+    std::string batch_norm_base::describe() const
+    {
+        std::ostringstream s;
+        s << m_name << "(" << m_options.num_features << ", eps=" << m_options.eps << ", momentum=";
+        if (m_options.momentum)
+            s << *m_options.momentum;
+        else
+            s << "cumulative";
+        if (!m_options.affine)
+            s << ", affine=false";
+        if (!m_options.track_running_stats)
+            s << ", track_running_stats=false";
+        s << ", " << m_options.data_format << ")";
+        return s.str();
     }
 
     tensor batch_norm_base::forward(const tensor& x)

@@ -84,6 +84,8 @@ namespace xgrad::nn
         tensor forward(const tensor& x) override;
 
         std::string_view type_name() const noexcept override { return m_name; }
+        /// "batch_norm2d(32, eps=1e-05, momentum=0.1, NCHW)"
+        std::string describe() const override;
 
         /// The options, with data_format resolved ("NCHW" rather than empty).
         const options_type& options() const noexcept { return m_options; }
