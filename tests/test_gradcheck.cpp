@@ -86,6 +86,7 @@ namespace
         {"softmax",            {{3, 4}},                domain::any,      F(softmax(x[0], 0))},
         {"cross_entropy",      {{4, 3}},                domain::any,      F(cross_entropy(x[0], labels))},
         {"cross_entropy (smoothing, sum)", {{4, 3}},    domain::any,      F(cross_entropy(x[0], labels, reduction::sum, 0.1))},
+        {"mse_loss",           {{3, 4}, {3, 4}},        domain::any,      F(mse_loss(x[0], x[1]))},
         {"take",               {{3, 4}},                domain::any,      F(square(take(x[0], positions)))},
         {"put_add",            {{2, 3}},                domain::any,      F(square(put_add(x[0], positions.slice(0, 0, 2), {3, 4})))},
         {"unfold2d",           {{2, 2, 5, 4}},          domain::any,      F(square(unfold2d(x[0], window2d{{3, 2}, {2, 1}, {1, 1}, {1, 2}}, "NCHW", 0.5)))},

@@ -225,6 +225,18 @@ TEST_CASE("softmax family and cross-entropy values")
     CHECK(to_vector(one_hot(labels, 5)) == std::vector<double>{0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0});
 }
 
+TEST_CASE("mse_loss: values, reductions, errors")
+{
+    const double p[4] = {1, 2, 3, 4}, t[4] = {1.5, 2, 1, 7};
+    const tensor a = from_host(p, {2, 2}, dtype::float64), b = from_host(t, {2, 2}, dtype::float64);
+    // Squared differences 0.25, 0, 4, 9.
+    CHECK(mse_loss(a, b).item() == doctest::Approx(13.25 / 4).epsilon(1e-15));
+    CHECK(mse_loss(a, b, reduction::sum).item() == doctest::Approx(13.25).epsilon(1e-15));
+    CHECK(to_vector(mse_loss(a, b, reduction::none)) == std::vector<double>{0.25, 0, 4, 9});
+    CHECK_THROWS_WITH_AS(mse_loss(a, b.reshape({4})), doctest::Contains("[2, 2]"), std::invalid_argument);
+    CHECK_THROWS_AS(mse_loss(a, b.to(dtype::float32)), std::invalid_argument);
+}
+
 TEST_CASE("results do not depend on the thread count")
 {
     const int saved = get_num_threads();

@@ -83,4 +83,22 @@ namespace xgrad
         }
         return per_sample;
     }
+
+    tensor mse_loss(const tensor& prediction, const tensor& target, reduction red)
+    {
+        detail::check_defined(prediction, "mse_loss");
+        detail::check_defined(target, "mse_loss");
+        if (prediction.shape() != target.shape())
+            throw std::invalid_argument("mse_loss: prediction of shape " + shape_to_string(prediction.shape()) +
+                                        " and target of shape " + shape_to_string(target.shape()) +
+                                        " must have the same shape");
+        const tensor per_element = square(sub(prediction, target)); // sub checks dtypes and devices
+        switch (red)
+        {
+        case reduction::mean: return mean(per_element);
+        case reduction::sum: return sum(per_element);
+        case reduction::none: return per_element;
+        }
+        return per_element;
+    }
 }

@@ -23,4 +23,9 @@ namespace xgrad
     /// with the uniform distribution (as PyTorch's label_smoothing).
     tensor cross_entropy(const tensor& logits, const tensor& labels, reduction red = reduction::mean,
                          double label_smoothing = 0.0);
+    /// Mean squared error: (prediction - target)^2 elementwise, averaged over every element
+    /// (default), summed, or per element. prediction and target must have the same shape,
+    /// dtype and device (throws std::invalid_argument naming both shapes otherwise); both may
+    /// require grad.
+    tensor mse_loss(const tensor& prediction, const tensor& target, reduction red = reduction::mean);
 }
