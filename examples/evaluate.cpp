@@ -4,9 +4,11 @@
 //   evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device cpu|cuda] [--limit N]
 //
 // The checkpoint's metadata says which activation layout the model was trained in.
+#include <cstdint>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "common/training.hpp"
@@ -19,6 +21,17 @@ namespace
     {
         std::cerr << "evaluate: " << message << "\n\n" << usage_text;
         std::exit(2);
+    }
+
+    /// The whole of `value` as an integer in [low, high]; a usage error otherwise.
+    std::int64_t whole_number(const std::string& flag, const std::string& value, std::int64_t low, std::int64_t high)
+    {
+        std::size_t used = 0;
+        const long long n = std::stoll(value, &used); // throws std::logic_error: caught by the caller
+        if (used != value.size() || n < low || n > high)
+            usage_error(flag + " expects an integer in [" + std::to_string(low) + ", " + std::to_string(high) +
+                        "], got '" + value + "'");
+        return n;
     }
 }
 
@@ -44,11 +57,11 @@ int main(int argc, char** argv)
             if (flag == "--checkpoint") checkpoint = value;
             else if (flag == "--data-dir") data_dir = value;
             else if (flag == "--device") device = value;
-            else if (flag == "--threads") threads = std::stoi(value);
-            else if (flag == "--limit") limit = std::stoll(value);
+            else if (flag == "--threads") threads = static_cast<int>(whole_number(flag, value, 1, 65536));
+            else if (flag == "--limit") limit = whole_number(flag, value, 0, INT64_MAX);
             else usage_error("unknown option '" + flag + "'");
         }
-        catch (const std::logic_error&)
+        catch (const std::logic_error&) // out of range for stoll
         {
             usage_error(flag + " expects a number, got '" + value + "'");
         }
@@ -70,11 +83,11 @@ int main(int argc, char** argv)
         auto model = xgrad::examples::make_fashion_model(fmt->second, gen);
         model->to(dev);
         const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
-        const auto test = xgrad::data::load_mnist(data_dir, false, limit);
+        const auto test = std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(data_dir, false, limit));
         const auto ev = xgrad::examples::evaluate(*model, test, fmt->second, dev);
 
         std::cout << "checkpoint: " << checkpoint << " (epoch " << info.epoch << ", " << fmt->second << ")\n"
-                  << "test images: " << test.size << "\n"
+                  << "test images: " << test->size << "\n"
                   << "test loss: " << std::fixed << std::setprecision(4) << ev.loss << "\n"
                   << "test accuracy: " << std::setprecision(2) << 100.0 * ev.accuracy << "%\n\n"
                   << "confusion matrix (rows: true class, columns: predicted class)\n";

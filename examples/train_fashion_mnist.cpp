@@ -106,7 +106,13 @@ namespace
             else if (flag == "--lr") c.lr = to_double(flag, value);
             else if (flag == "--optimizer") c.optimizer = value;
             else if (flag == "--schedule") c.schedule = value;
-            else if (flag == "--threads") c.threads = static_cast<int>(to_int(flag, value));
+            else if (flag == "--threads")
+            {
+                const std::int64_t t = to_int(flag, value);
+                if (t < 1 || t > 65536)
+                    usage_error("--threads expects an integer in [1, 65536], got '" + value + "'");
+                c.threads = static_cast<int>(t);
+            }
             else if (flag == "--device") c.device = value;
             else if (flag == "--data-dir") c.data_dir = value;
             else if (flag == "--seed") c.seed = static_cast<std::uint64_t>(to_int(flag, value));

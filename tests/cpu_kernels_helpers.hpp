@@ -249,6 +249,18 @@ namespace cpu_kernels_test
             return static_cast<double>(v);
     }
 
+    /// v rounded once to T (round to nearest even for the 16-bit types).
+    template <class T>
+    T from_double(double v)
+    {
+        if constexpr (std::is_same_v<T, float16_t>)
+            return xgrad::to_float16(v);
+        else if constexpr (std::is_same_v<T, bfloat16_t>)
+            return xgrad::to_bfloat16(v);
+        else
+            return static_cast<T>(v);
+    }
+
     /// Compares two output views of one layout: inside the view with `ok(got, want, index)`,
     /// outside it the storage must still hold its fill (kernels write only their view).
     /// Returns "" or a description of the first mismatch.

@@ -52,6 +52,7 @@
 
 #include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
+#include "cpu_kernels_helpers.hpp"
 #include "xgrad/half.hpp"
 #include "xgrad/interop.hpp"
 #include "xgrad/thread_pool.hpp"
@@ -107,29 +108,9 @@ namespace
     }
 
     template <class T>
-    double to_d(T v)
-    {
-        if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>)
-            return xgrad::to_float(v);
-        else
-            return static_cast<double>(v);
-    }
-
-    template <class T>
-    T from_d(double v)
-    {
-        if constexpr (std::is_same_v<T, float16_t>)
-            return xgrad::to_float16(v);
-        else if constexpr (std::is_same_v<T, bfloat16_t>)
-            return xgrad::to_bfloat16(v);
-        else
-            return static_cast<T>(v);
-    }
-
-    template <class T>
     T nan_of()
     {
-        return from_d<T>(std::numeric_limits<double>::quiet_NaN());
+        return cpu_kernels_test::from_double<T>(std::numeric_limits<double>::quiet_NaN());
     }
 
     /// The spacing of T's values at magnitude |v| (one ulp).
@@ -229,16 +210,16 @@ namespace
             for (i64 i = 0; i < n; ++i)
             {
                 const auto c = static_cast<std::size_t>(ch(i));
-                x.push_back(from_d<T>(centre[c] + spread[c] * U(gen)));
-                dy.push_back(from_d<T>(dy_shift + U(gen)));
-                A.push_back(from_d<T>(A_shift + U(gen)));
+                x.push_back(cpu_kernels_test::from_double<T>(centre[c] + spread[c] * U(gen)));
+                dy.push_back(cpu_kernels_test::from_double<T>(dy_shift + U(gen)));
+                A.push_back(cpu_kernels_test::from_double<T>(A_shift + U(gen)));
             }
         }
 
         i64 ch(i64 i) const { return (i / sh.inner) % sh.C; }
-        double X(i64 i) const { return to_d(x[static_cast<std::size_t>(i)]); }
-        double DY(i64 i) const { return to_d(dy[static_cast<std::size_t>(i)]); }
-        double AA(i64 i) const { return to_d(A[static_cast<std::size_t>(i)]); }
+        double X(i64 i) const { return cpu_kernels_test::as_double(x[static_cast<std::size_t>(i)]); }
+        double DY(i64 i) const { return cpu_kernels_test::as_double(dy[static_cast<std::size_t>(i)]); }
+        double AA(i64 i) const { return cpu_kernels_test::as_double(A[static_cast<std::size_t>(i)]); }
         double r(i64 c) const { return 1.0 / std::sqrt(static_cast<double>(var[static_cast<std::size_t>(c)]) + eps); }
         double P(const std::vector<S>& v, i64 c) const { return static_cast<double>(v[static_cast<std::size_t>(c)]); }
         /// The depth bound of the fast kernels' summation trees (see the file comment).
@@ -370,7 +351,7 @@ namespace
         const i64 C = p.sh.C, R = p.R, n = p.n;
         const double dR = static_cast<double>(R);
         report rep;
-        auto el = [](const std::vector<T>& v, i64 i) { return to_d(v[static_cast<std::size_t>(i)]); };
+        auto el = [](const std::vector<T>& v, i64 i) { return cpu_kernels_test::as_double(v[static_cast<std::size_t>(i)]); };
         auto sv = [](const auto& v, i64 i) { return static_cast<double>(v[static_cast<std::size_t>(i)]); };
 
         // Per-channel magnitudes, in double.

@@ -29,17 +29,6 @@ namespace
 {
     using xgrad::kernels::window2d_dims;
 
-    template <class T>
-    T from_double(double v)
-    {
-        if constexpr (std::is_same_v<T, float16_t>)
-            return xgrad::to_float16(v);
-        else if constexpr (std::is_same_v<T, bfloat16_t>)
-            return xgrad::to_bfloat16(v);
-        else
-            return static_cast<T>(v);
-    }
-
     /// NaN in every dtype (the 16-bit ones have no std::numeric_limits).
     template <class T>
     T nan_fill()

@@ -1,5 +1,7 @@
 #include "common/plot.hpp"
 
+#include "xgrad/io/atomic_file.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -26,44 +28,17 @@ namespace xgrad::examples
             return "'" + path.string() + "'";
         }
 
-        // Writes content to a temporary file next to path, then renames it over path.
+        // Writes content atomically and durably (xgrad/io/atomic_file.hpp), naming the caller
+        // and the path on failure.
         void write_atomically(const fs::path& path, const std::string& content, const char* what)
         {
-            static std::atomic<unsigned> counter{0};
-            const std::string prefix = std::string(what) + ": cannot write " + quoted(path) + ": ";
-            if (path.filename().empty())
+            try
             {
-                throw std::runtime_error(prefix + "the path names no file");
+                xgrad::io::write_file_atomically(path, content);
             }
-            fs::path temporary = path;
-            temporary.replace_filename("." + path.filename().string() + ".tmp-"
-                                       + std::to_string(::getpid()) + "-"
-                                       + std::to_string(counter.fetch_add(1)));
+            catch (const xgrad::io::file_error& e)
             {
-                std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-                if (!out)
-                {
-                    const int error = errno;
-                    throw std::runtime_error(prefix + "cannot create " + quoted(temporary) + " ("
-                                             + std::strerror(error) + ")");
-                }
-                out.write(content.data(), static_cast<std::streamsize>(content.size()));
-                out.close();
-                if (!out)
-                {
-                    std::error_code ignored;
-                    fs::remove(temporary, ignored);
-                    throw std::runtime_error(prefix + "writing " + quoted(temporary) + " failed");
-                }
-            }
-            std::error_code ec;
-            fs::rename(temporary, path, ec);
-            if (ec)
-            {
-                std::error_code ignored;
-                fs::remove(temporary, ignored);
-                throw std::runtime_error(prefix + "renaming the temporary file failed ("
-                                         + ec.message() + ")");
+                throw std::runtime_error(std::string(what) + ": cannot write " + quoted(path) + ": " + e.what());
             }
         }
 

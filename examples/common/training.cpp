@@ -96,20 +96,26 @@ namespace xgrad::examples
         }
     }
 
-    evaluation evaluate(nn::module& model, const xgrad::data::image_dataset& data, const std::string& data_format,
-                        device dev, std::int64_t batch_size)
+    evaluation evaluate(nn::module& model, std::shared_ptr<const xgrad::data::image_dataset> data,
+                        const std::string& data_format, device dev, std::int64_t batch_size)
     {
-        const bool was_training = model.is_training();
+        struct mode_restore
+        {
+            nn::module& m;
+            bool was_training;
+            ~mode_restore() { m.train(was_training); }
+        } restore{model, model.is_training()};
         model.eval();
         no_grad guard;
         xgrad::data::loader_options o;
         o.batch_size = batch_size;
         o.shuffle = false;
         o.data_format = data_format;
-        xgrad::data::data_loader loader(std::make_shared<const xgrad::data::image_dataset>(data), o);
+        const std::int64_t classes = data->classes;
+        xgrad::data::data_loader loader(std::move(data), o);
         loader.start_epoch(0);
         evaluation r;
-        r.confusion.assign(static_cast<std::size_t>(data.classes), std::vector<std::int64_t>(static_cast<std::size_t>(data.classes), 0));
+        r.confusion.assign(static_cast<std::size_t>(classes), std::vector<std::int64_t>(static_cast<std::size_t>(classes), 0));
         double loss_sum = 0;
         std::int64_t correct = 0, seen = 0;
         while (auto b = loader.next())
@@ -120,7 +126,6 @@ namespace xgrad::examples
             correct += count_correct(logits, b->labels, &r.confusion);
             seen += n;
         }
-        model.train(was_training);
         r.loss = seen ? loss_sum / static_cast<double>(seen) : 0.0;
         r.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
         return r;
@@ -144,7 +149,8 @@ namespace xgrad::examples
 
         const auto train_data =
             std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(c.data_dir, true, c.limit));
-        const xgrad::data::image_dataset test_data = xgrad::data::load_mnist(c.data_dir, false, c.test_limit);
+        const auto test_data =
+            std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(c.data_dir, false, c.test_limit));
 
         generator gen(c.seed);
         auto model = make_fashion_model(c.data_format, gen);
@@ -191,7 +197,8 @@ namespace xgrad::examples
             if (info.epoch >= c.epochs)
                 throw xgrad::invalid_argument(c.resume.string() + ": the checkpoint has already completed " +
                                               std::to_string(info.epoch) + " of " + std::to_string(c.epochs) +
-                                              " epochs; pass a larger --epochs with the same settings");
+                                              " epochs: the run is complete (a different --epochs is another run, "
+                                              "since the learning-rate schedule spans the whole run)");
             result.first_epoch = info.epoch;
             if (std::filesystem::exists(result.csv))
                 for (const auto& m : read_metrics_csv(result.csv))
@@ -202,7 +209,7 @@ namespace xgrad::examples
 
         log << "model: " << model->describe() << "\n"
             << "parameters: " << nn::count_parameters(*model) << ", training images: " << train_data->size
-            << ", test images: " << test_data.size << ", batch size: " << c.batch_size << ", optimizer: "
+            << ", test images: " << test_data->size << ", batch size: " << c.batch_size << ", optimizer: "
             << opt->type_name() << " (lr " << c.lr << ", " << c.schedule << "), threads: " << get_num_threads()
             << ", format: " << c.data_format << ", device: " << to_string(dev) << "\n";
 

@@ -50,8 +50,9 @@ namespace xgrad::examples
         std::vector<std::vector<std::int64_t>> confusion; // [true][predicted]
     };
     /// Mean cross-entropy, accuracy and confusion matrix of `model` (in eval mode) on `data`.
-    evaluation evaluate(nn::module& model, const xgrad::data::image_dataset& data, const std::string& data_format,
-                        device dev, std::int64_t batch_size = 500);
+    /// The model's training/eval mode is restored on return, also when an exception leaves.
+    evaluation evaluate(nn::module& model, std::shared_ptr<const xgrad::data::image_dataset> data,
+                        const std::string& data_format, device dev, std::int64_t batch_size = 500);
 
     struct train_result
     {

@@ -278,7 +278,7 @@ namespace xgrad::nn
             {
                 y = c->forward(y);
             }
-            catch (const xgrad::invalid_argument& e)
+            catch (const std::invalid_argument& e) // xgrad::invalid_argument included
             {
                 throw xgrad::invalid_argument("sequential: in '" + n + "': " + e.what());
             }

@@ -3,6 +3,7 @@
 // training parts: optimizers (xgrad::optim), datasets (xgrad::data), checkpoints (xgrad::io).
 #include "xgrad/data/idx.hpp"
 #include "xgrad/data/loader.hpp"
+#include "xgrad/io/atomic_file.hpp"
 #include "xgrad/io/safetensors.hpp"
 #include "xgrad/layers/activation.hpp"
 #include "xgrad/layers/batch_norm.hpp"

@@ -10,6 +10,7 @@
 // Writing: the bytes (header + data, deflated for ".gz") are built in memory, written to a
 // temporary file next to the target and renamed over it, so a reader never sees half a file.
 #include "xgrad/data/idx.hpp"
+#include "xgrad/io/atomic_file.hpp"
 
 #include <zlib.h>
 
@@ -258,49 +259,18 @@ namespace xgrad::data
             return out;
         }
 
-        /// A name for the temporary file that no other writer (thread or process) picks.
-        std::filesystem::path temporary_name(const std::filesystem::path& path)
-        {
-            static std::atomic<std::uint64_t> counter{0};
-            const auto now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-            const auto thread = static_cast<std::uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-            const std::uint64_t tag = now ^ (thread * 0x9E3779B97F4A7C15ULL) ^ (counter.fetch_add(1) << 48);
-            char hex[17];
-            std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
-            std::filesystem::path tmp = path;
-            tmp.replace_filename("." + path.filename().string() + ".tmp-" + hex);
-            return tmp;
-        }
-
+        /// The bytes written atomically and durably (xgrad/io/atomic_file.hpp); its errors
+        /// become data_error with the same "<path>: <what>" message.
         void write_atomically(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes)
         {
-            const std::filesystem::path tmp = temporary_name(path);
             try
             {
-                {
-                    const std::string tmp_name = "the temporary file " + tmp.filename().string();
-                    errno = 0;
-                    file_ptr f(std::fopen(tmp.string().c_str(), "wb"));
-                    if (!f)
-                        fail(path, "cannot create " + tmp_name + ": " + std::strerror(errno));
-                    errno = 0;
-                    if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() || std::fflush(f.get()) != 0)
-                        fail(path, "cannot write " + tmp_name + ": " + std::strerror(errno));
-                    errno = 0;
-                    if (std::fclose(f.release()) != 0)
-                        fail(path, "cannot write " + tmp_name + " (on close): " + std::strerror(errno));
-                }
-                std::error_code ec;
-                std::filesystem::rename(tmp, path, ec);
-                if (ec)
-                    fail(path, "cannot rename the temporary file " + tmp.filename().string() + " into place: " +
-                                   ec.message());
+                io::write_file_atomically(
+                    path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
             }
-            catch (...)
+            catch (const io::file_error& e)
             {
-                std::error_code ignored;
-                std::filesystem::remove(tmp, ignored);
-                throw;
+                throw data_error(e.what());
             }
         }
     }

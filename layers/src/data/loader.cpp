@@ -220,7 +220,8 @@ namespace xgrad::data
         m.m_options = options;
         m.m_pixels = pixels;
         const std::int64_t n = m.m_dataset->size;
-        m.m_batches = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
+        // n / b rounded up without forming n + b - 1, which overflows for a batch size near INT64_MAX.
+        m.m_batches = n / options.batch_size + (!options.drop_last && n % options.batch_size != 0 ? 1 : 0);
         switch (options.dtype)
         {
         case dtype::float32:

@@ -5,6 +5,7 @@
 // there, so every check works on bytes already in hand and no tensor is created before the
 // whole header has been validated.
 #include "xgrad/io/safetensors.hpp"
+#include "xgrad/io/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -85,93 +86,6 @@ namespace xgrad::io
         std::string system_error_text(int err) { return std::strerror(err); }
 
         // --- writing ----------------------------------------------------------------------
-
-        /// A uniquely named temporary file next to the target. It is removed by the destructor
-        /// unless commit() renamed it over the target, so every failure path cleans up.
-        class temporary_file
-        {
-        public:
-            explicit temporary_file(const fs::path& target) : m_target(target)
-            {
-                // O_EXCL makes the name ours alone; a clash with another writer just retries
-                // with a new random suffix.
-                std::random_device device;
-                std::mt19937_64 rng((std::uint64_t{device()} << 32) ^ device() ^
-                                    static_cast<std::uint64_t>(
-                                        std::chrono::steady_clock::now().time_since_epoch().count()));
-                int last_error = 0;
-                for (int attempt = 0; attempt < 16; ++attempt)
-                {
-                    char suffix[17];
-                    std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(rng()));
-                    m_name = target.string() + ".tmp-" + suffix;
-                    m_fd = ::open(m_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-                    if (m_fd >= 0)
-                        return;
-                    last_error = errno;
-                    if (last_error != EEXIST)
-                        break;
-                }
-                fail(m_target, "cannot create a temporary file next to it: " + system_error_text(last_error));
-            }
-
-            temporary_file(const temporary_file&) = delete;
-            temporary_file& operator=(const temporary_file&) = delete;
-
-            ~temporary_file()
-            {
-                if (m_fd >= 0)
-                    ::close(m_fd);
-                if (!m_committed)
-                    ::unlink(m_name.c_str());
-            }
-
-            void write(const void* data, std::size_t n)
-            {
-                const char* p = static_cast<const char*>(data);
-                while (n > 0)
-                {
-                    const ::ssize_t written = ::write(m_fd, p, n);
-                    if (written < 0)
-                    {
-                        if (errno == EINTR)
-                            continue;
-                        fail(m_target, "cannot write " + in_quotes(m_name) + ": " + system_error_text(errno));
-                    }
-                    p += written;
-                    n -= static_cast<std::size_t>(written);
-                }
-            }
-
-            /// Flushes the data to the disk, then renames the file over the target: a reader
-            /// sees either the old file or the complete new one.
-            void commit()
-            {
-                if (::fsync(m_fd) != 0)
-                    fail(m_target, "cannot flush " + in_quotes(m_name) + ": " + system_error_text(errno));
-                const int fd = std::exchange(m_fd, -1);
-                if (::close(fd) != 0)
-                    fail(m_target, "cannot close " + in_quotes(m_name) + ": " + system_error_text(errno));
-                if (::rename(m_name.c_str(), m_target.c_str()) != 0)
-                    fail(m_target, "cannot replace it with " + in_quotes(m_name) + ": " + system_error_text(errno));
-                m_committed = true;
-                // Make the rename itself durable. Best effort: some file systems refuse to
-                // sync a directory, and the data is already safely in place.
-                const fs::path parent = m_target.has_parent_path() ? m_target.parent_path() : fs::path(".");
-                const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dir >= 0)
-                {
-                    (void)::fsync(dir);
-                    ::close(dir);
-                }
-            }
-
-        private:
-            fs::path m_target;
-            std::string m_name;
-            int m_fd = -1;
-            bool m_committed = false;
-        };
 
         // --- reading ----------------------------------------------------------------------
 
@@ -394,28 +308,37 @@ namespace xgrad::io
         for (std::size_t i = 0; i < 8; ++i)
             length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
-        temporary_file file(path);
-        file.write(length.data(), length.size());
-        file.write(text.data(), text.size());
-        std::vector<unsigned char> buffer;
-        for (const auto& [name, t] : tensors)
+        // The file layer's errors (cannot create, write, flush or rename) become this
+        // format's error type, with the same "<path>: <what>" message.
+        try
         {
-            const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * itemsize(t.dtype());
-            if (nbytes == 0)
-                continue;
-            buffer.resize(nbytes);
-            try
+            atomic_file file(path);
+            file.write(length.data(), length.size());
+            file.write(text.data(), text.size());
+            std::vector<unsigned char> buffer;
+            for (const auto& [name, t] : tensors)
             {
-                // Contiguous, row-major and on the host, whatever the tensor's layout and device.
-                to_host(t, buffer.data(), t.dtype());
+                const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * itemsize(t.dtype());
+                if (nbytes == 0)
+                    continue;
+                buffer.resize(nbytes);
+                try
+                {
+                    // Contiguous, row-major and on the host, whatever the tensor's layout and device.
+                    to_host(t, buffer.data(), t.dtype());
+                }
+                catch (const std::exception& e)
+                {
+                    fail(path, "cannot copy tensor " + in_quotes(name) + " to the host: " + e.what());
+                }
+                file.write(buffer.data(), nbytes);
             }
-            catch (const std::exception& e)
-            {
-                fail(path, "cannot copy tensor " + in_quotes(name) + " to the host: " + e.what());
-            }
-            file.write(buffer.data(), nbytes);
+            file.commit();
         }
-        file.commit();
+        catch (const file_error& e)
+        {
+            throw format_error(e.what());
+        }
     }
 
     safetensors_content load_safetensors(const std::filesystem::path& path)

@@ -4,8 +4,9 @@
 // pooling) has gradients of every order.
 //
 // Positions index x's elements in row-major order (x.reshape({-1})), whatever x's strides.
-// Errors (xgrad::invalid_argument, naming the op, the position and the value): idx not int64,
-// a non-floating x or g, a position outside [0, numel).
+// Errors (std::invalid_argument, an xgrad::invalid_argument for all but an undefined operand,
+// naming the op, the position and the value): idx not int64, a non-floating x or g, a
+// position outside [0, numel).
 #include "xgrad/tensor.hpp"
 
 namespace xgrad
