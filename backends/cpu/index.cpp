@@ -9,22 +9,14 @@
 
 #include "backends/cpu/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/dispatch.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu
 {
     namespace
     {
-        constexpr std::int64_t grain = 32768;
-
-        template <class T>
-        auto wide(T v) noexcept
-        {
-            if constexpr (std::is_same_v<T, double>)
-                return v;
-            else
-                return detail::convert<float>(v);
-        }
+        using detail::grain;
     }
 
     namespace
@@ -47,8 +39,9 @@ namespace xgrad::cpu
     void max_pool2d_argmax(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
                            const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
     {
-        detail::visit_with_stats(dt, [&](auto tag, auto) {
+        detail::visit_with_stats(dt, [&](auto tag, auto stats) {
             using T = decltype(tag);
+            using S = decltype(stats); // compared in float, or double for float64
             const T* xp = static_cast<const T*>(x);
             // The taps inside the input depend on the row or column of a window only: found
             // once here, not per plane.
@@ -89,7 +82,7 @@ namespace xgrad::cpu
                             // The op guarantees every window reaches the input, so the tap
                             // ranges are not empty; start from the first tap inside.
                             std::int64_t best = origin + r.first * step_i + q.first * step_j;
-                            auto best_v = wide(plane[best]);
+                            S best_v = detail::widen<S>(plane[best]);
                             // The first maximum wins. `!(v <= best_v)` is true for a larger v
                             // and for a NaN v; a NaN ends the search (the first NaN wins and
                             // propagates, as in xgrad::max).
@@ -100,7 +93,7 @@ namespace xgrad::cpu
                                     std::int64_t j = q.first;
                                     for (; j < q.last; ++j)
                                     {
-                                        const auto v = wide(plane[row + j * step_j]);
+                                        const S v = detail::widen<S>(plane[row + j * step_j]);
                                         if (!(v <= best_v))
                                         {
                                             best = row + j * step_j;
