@@ -289,13 +289,13 @@ namespace
         {
             cpu::bn_moments(r.mean.data(), r.var.data(), p.x.data(), dt, o, c, in);
             cpu::bn_normalize(r.y.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
-                              p.eps, dt, o, c, in);
+                              p.eps, false, dt, o, c, in);
             cpu::bn_grad_reduce(r.sum_dy.data(), r.sum_dy_xc.data(), p.dy.data(), p.x.data(), p.mean.data(), dt, o, c,
                                 in);
             cpu::bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), sdy,
                                sdxc, p.eps, dt, o, c, in);
             cpu::bn_grad_inference(r.dx_inf.data(), r.inf_sum_dy.data(), r.inf_sum_dy_xc.data(), p.dy.data(),
-                                   p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+                                   p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
             cpu::bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
                                      p.var.data(), p.eps, dt, o, c, in);
             cpu::bn_grad_grad_apply(r.dg_train.data(), r.dxx_train.data(), p.A.data(), p.dy.data(), p.x.data(),
@@ -309,13 +309,13 @@ namespace
         {
             ref::bn_moments(r.mean.data(), r.var.data(), p.x.data(), dt, o, c, in);
             ref::bn_normalize(r.y.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
-                              p.eps, dt, o, c, in);
+                              p.eps, false, dt, o, c, in);
             ref::bn_grad_reduce(r.sum_dy.data(), r.sum_dy_xc.data(), p.dy.data(), p.x.data(), p.mean.data(), dt, o, c,
                                 in);
             ref::bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), sdy,
                                sdxc, p.eps, dt, o, c, in);
             ref::bn_grad_inference(r.dx_inf.data(), r.inf_sum_dy.data(), r.inf_sum_dy_xc.data(), p.dy.data(),
-                                   p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+                                   p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
             ref::bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
                                      p.var.data(), p.eps, dt, o, c, in);
             ref::bn_grad_grad_apply(r.dg_train.data(), r.dxx_train.data(), p.A.data(), p.dy.data(), p.x.data(),

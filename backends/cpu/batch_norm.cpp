@@ -382,10 +382,11 @@ namespace xgrad::cpu
     }
 
     void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                      const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+                      const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
+                      std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_normalize(y, x, scale, offset, mean, var, eps, xdt, outer, C, inner);
+        if (use_reference() || relu)
+            return reference::bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
@@ -449,12 +450,30 @@ namespace xgrad::cpu
         });
     }
 
-    void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* scale,
-                           const void* mean, const void* var, double eps, dtype xdt, std::int64_t outer,
-                           std::int64_t C, std::int64_t inner)
+    void bn_forward_training(void* y, void* mean, void* var, const void* x, const void* scale, const void* offset,
+                             double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, scale, mean, var, eps, xdt, outer, C,
+        bn_moments(mean, var, x, xdt, outer, C, inner);
+        bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
+    }
+
+    void bn_grad_training(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
+                          const void* scale, const void* mean, const void* var, double eps, dtype xdt,
+                          std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        if (use_reference() || y)
+            return reference::bn_grad_training(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C,
+                                               inner);
+        bn_grad_reduce(sum_dy, sum_dy_xc, dy, x, mean, xdt, outer, C, inner);
+        bn_grad_apply(dx, dy, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
+    }
+
+    void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
+                           const void* scale, const void* mean, const void* var, double eps, dtype xdt,
+                           std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        if (use_reference() || y)
+            return reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C,
                                                 inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);

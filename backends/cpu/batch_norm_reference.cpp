@@ -38,6 +38,13 @@ namespace xgrad::cpu::reference
                         f((o * C + c) * inner + i, c);
         }
 
+        /// dy[k], or 0 where the fused ReLU's output y[k] is not positive (y may be null).
+        template <class T>
+        double masked_dy(const void* dy, const void* y, std::int64_t k)
+        {
+            return y && !(load<T>(y, k) > 0) ? 0.0 : load<T>(dy, k);
+        }
+
         double inv_std(const void* var, std::int64_t c, double eps, bool is_double)
         {
             const double v = is_double ? static_cast<const double*>(var)[c] : static_cast<const float*>(var)[c];
@@ -69,7 +76,8 @@ namespace xgrad::cpu::reference
     }
 
     void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                      const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+                      const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
+                      std::int64_t inner)
     {
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
@@ -77,61 +85,93 @@ namespace xgrad::cpu::reference
             const bool d = std::is_same_v<S, double>;
             for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
                 const double r = inv_std(var, c, eps, d);
-                store<T>(y, k,
-                         (load<T>(x, k) - load<S>(mean, c)) * r * load<S>(scale, c) + load<S>(offset, c));
+                const double v = (load<T>(x, k) - load<S>(mean, c)) * r * load<S>(scale, c) + load<S>(offset, c);
+                store<T>(y, k, relu && v < 0 ? 0.0 : v); // NaN stays NaN
             });
         });
+    }
+
+    void bn_forward_training(void* y, void* mean, void* var, const void* x, const void* scale, const void* offset,
+                             double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        bn_moments(mean, var, x, xdt, outer, C, inner);
+        bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
+    }
+
+    namespace
+    {
+        void grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* y, const void* x,
+                         const void* mean, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+        {
+            visit_with_stats(xdt, [&](auto t, auto s) {
+                using T = decltype(t);
+                using S = decltype(s);
+                std::vector<double> a(static_cast<std::size_t>(C), 0.0), b(static_cast<std::size_t>(C), 0.0);
+                for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
+                    const double g = masked_dy<T>(dy, y, k);
+                    a[c] += g;
+                    b[c] += g * (load<T>(x, k) - load<S>(mean, c));
+                });
+                for (std::int64_t c = 0; c < C; ++c)
+                {
+                    static_cast<S*>(sum_dy)[c] = static_cast<S>(a[c]);
+                    static_cast<S*>(sum_dy_xc)[c] = static_cast<S>(b[c]);
+                }
+            });
+        }
+
+        void grad_apply(void* dx, const void* dy, const void* y, const void* x, const void* scale, const void* mean,
+                        const void* var, const void* sum_dy, const void* sum_dy_xc, double eps, dtype xdt,
+                        std::int64_t outer, std::int64_t C, std::int64_t inner)
+        {
+            visit_with_stats(xdt, [&](auto t, auto s) {
+                using T = decltype(t);
+                using S = decltype(s);
+                const double R = static_cast<double>(outer * inner);
+                for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
+                    const double r = inv_std(var, c, eps, std::is_same_v<S, double>);
+                    const double xc = load<T>(x, k) - load<S>(mean, c);
+                    store<T>(dx, k,
+                             load<S>(scale, c) * r *
+                                 (masked_dy<T>(dy, y, k) - load<S>(sum_dy, c) / R -
+                                  xc * r * r * load<S>(sum_dy_xc, c) / R));
+                });
+            });
+        }
     }
 
     void bn_grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* mean, dtype xdt,
                         std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        visit_with_stats(xdt, [&](auto t, auto s) {
-            using T = decltype(t);
-            using S = decltype(s);
-            std::vector<double> a(static_cast<std::size_t>(C), 0.0), b(static_cast<std::size_t>(C), 0.0);
-            for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
-                const double g = load<T>(dy, k);
-                a[c] += g;
-                b[c] += g * (load<T>(x, k) - load<S>(mean, c));
-            });
-            for (std::int64_t c = 0; c < C; ++c)
-            {
-                static_cast<S*>(sum_dy)[c] = static_cast<S>(a[c]);
-                static_cast<S*>(sum_dy_xc)[c] = static_cast<S>(b[c]);
-            }
-        });
+        grad_reduce(sum_dy, sum_dy_xc, dy, nullptr, x, mean, xdt, outer, C, inner);
     }
 
     void bn_grad_apply(void* dx, const void* dy, const void* x, const void* scale, const void* mean, const void* var,
                        const void* sum_dy, const void* sum_dy_xc, double eps, dtype xdt, std::int64_t outer,
                        std::int64_t C, std::int64_t inner)
     {
-        visit_with_stats(xdt, [&](auto t, auto s) {
-            using T = decltype(t);
-            using S = decltype(s);
-            const double R = static_cast<double>(outer * inner);
-            for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
-                const double r = inv_std(var, c, eps, std::is_same_v<S, double>);
-                const double xc = load<T>(x, k) - load<S>(mean, c);
-                store<T>(dx, k,
-                         load<S>(scale, c) * r *
-                             (load<T>(dy, k) - load<S>(sum_dy, c) / R - xc * r * r * load<S>(sum_dy_xc, c) / R));
-            });
-        });
+        grad_apply(dx, dy, nullptr, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
     }
 
-    void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* scale,
-                           const void* mean, const void* var, double eps, dtype xdt, std::int64_t outer,
-                           std::int64_t C, std::int64_t inner)
+    void bn_grad_training(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
+                          const void* scale, const void* mean, const void* var, double eps, dtype xdt,
+                          std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        bn_grad_reduce(sum_dy, sum_dy_xc, dy, x, mean, xdt, outer, C, inner);
+        grad_reduce(sum_dy, sum_dy_xc, dy, y, x, mean, xdt, outer, C, inner);
+        grad_apply(dx, dy, y, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
+    }
+
+    void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
+                           const void* scale, const void* mean, const void* var, double eps, dtype xdt,
+                           std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        grad_reduce(sum_dy, sum_dy_xc, dy, y, x, mean, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
                 const double r = inv_std(var, c, eps, std::is_same_v<S, double>);
-                store<T>(dx, k, load<T>(dy, k) * load<S>(scale, c) * r);
+                store<T>(dx, k, masked_dy<T>(dy, y, k) * load<S>(scale, c) * r);
             });
         });
     }

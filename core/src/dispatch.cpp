@@ -17,7 +17,8 @@ namespace xgrad::detail
             &cpu::where,    &cpu::reduce,     &cpu::matmul,       &cpu::one_hot,
             &cpu::max_pool2d_argmax, &cpu::take, &cpu::put_add,
             &cpu::unfold2d, &cpu::fold2d,
-            &cpu::bn_moments, &cpu::bn_normalize, &cpu::bn_grad_reduce, &cpu::bn_grad_apply,
+            &cpu::bn_moments, &cpu::bn_normalize, &cpu::bn_forward_training, &cpu::bn_grad_reduce,
+            &cpu::bn_grad_apply, &cpu::bn_grad_training,
             &cpu::bn_grad_inference, &cpu::bn_grad_grad_reduce, &cpu::bn_grad_grad_apply,
         };
     }

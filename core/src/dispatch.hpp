@@ -30,8 +30,10 @@ namespace xgrad::detail
         // the fused batch-norm family (backends/cpu/batch_norm_kernels.hpp)
         decltype(&cpu::bn_moments) bn_moments;
         decltype(&cpu::bn_normalize) bn_normalize;
+        decltype(&cpu::bn_forward_training) bn_forward_training;
         decltype(&cpu::bn_grad_reduce) bn_grad_reduce;
         decltype(&cpu::bn_grad_apply) bn_grad_apply;
+        decltype(&cpu::bn_grad_training) bn_grad_training;
         decltype(&cpu::bn_grad_inference) bn_grad_inference;
         decltype(&cpu::bn_grad_grad_reduce) bn_grad_grad_reduce;
         decltype(&cpu::bn_grad_grad_apply) bn_grad_grad_apply;

@@ -77,7 +77,7 @@ namespace xgrad
                 }
                 if (R > 0)
                     bn_kernels(x).bn_normalize(y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), m.data_ptr(),
-                                            v.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
+                                            v.data_ptr(), attrs.epsilon, false, x.dtype(), L.outer, L.C, L.inner);
                 // Running statistics with Bessel's correction k = R / max(R - 1, 1).
                 const double k = static_cast<double>(R) / static_cast<double>(std::max<std::int64_t>(R - 1, 1));
                 const double f = attrs.exponential_avg_factor;
@@ -105,7 +105,7 @@ namespace xgrad
                 const tensor mc = detail::raw_contiguous(mean), vc = detail::raw_contiguous(variance);
                 if (R > 0)
                     bn_kernels(x).bn_normalize(y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), mc.data_ptr(),
-                                            vc.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
+                                            vc.data_ptr(), attrs.epsilon, false, x.dtype(), L.outer, L.C, L.inner);
                 if (R == 0)
                 {
                     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -247,7 +247,8 @@ namespace xgrad
             r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
             const tensor sum_dy = detail::empty({L.C}, sdt, x.device()), sum_dy_xc = detail::empty({L.C}, sdt, x.device());
             bn_kernels(x).bn_grad_inference(r.x_backprop.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(),
-                                         dyc.data_ptr(), xc.data_ptr(), sc.data_ptr(), mc.data_ptr(), vc.data_ptr(),
+                                         dyc.data_ptr(), xc.data_ptr(), nullptr, sc.data_ptr(), mc.data_ptr(),
+                                         vc.data_ptr(),
                                          attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
             r.scale_backprop = sum_dy_xc * inv_std(vc, attrs.epsilon);
             r.offset_backprop = sum_dy;
