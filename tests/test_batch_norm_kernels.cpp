@@ -47,6 +47,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -186,6 +187,9 @@ namespace
         shape sh;
         i64 n = 0, R = 0;
         std::vector<T> x, dy, A;
+        /// A fused ReLU's forward output for the masked-gradient kernels: about half of it <= 0
+        /// (some exact zeros, which mask).
+        std::vector<T> ym;
         std::vector<S> scale, offset, mean, var, a, b;
         double eps = 1e-3;
         double u = std::numeric_limits<S>::epsilon() / 2;
@@ -213,6 +217,8 @@ namespace
                 x.push_back(cpu_kernels_test::from_double<T>(centre[c] + spread[c] * U(gen)));
                 dy.push_back(cpu_kernels_test::from_double<T>(dy_shift + U(gen)));
                 A.push_back(cpu_kernels_test::from_double<T>(A_shift + U(gen)));
+                const double v = U(gen);
+                ym.push_back(cpu_kernels_test::from_double<T>(std::abs(v) < 0.1 ? 0.0 : v));
             }
         }
 
@@ -220,6 +226,7 @@ namespace
         double X(i64 i) const { return cpu_kernels_test::as_double(x[static_cast<std::size_t>(i)]); }
         double DY(i64 i) const { return cpu_kernels_test::as_double(dy[static_cast<std::size_t>(i)]); }
         double AA(i64 i) const { return cpu_kernels_test::as_double(A[static_cast<std::size_t>(i)]); }
+        bool passes(i64 i) const { return cpu_kernels_test::as_double(ym[static_cast<std::size_t>(i)]) > 0; }
         double r(i64 c) const { return 1.0 / std::sqrt(static_cast<double>(var[static_cast<std::size_t>(c)]) + eps); }
         double P(const std::vector<S>& v, i64 c) const { return static_cast<double>(v[static_cast<std::size_t>(c)]); }
         /// The depth bound of the fast kernels' summation trees (see the file comment).
@@ -247,10 +254,19 @@ namespace
         using S = stat_t<T>;
         std::vector<S> mean, var, sum_dy, sum_dy_xc, inf_sum_dy, inf_sum_dy_xc, gg_sums;
         std::vector<T> y, dx, dx_inf, dg_train, dxx_train, dg_inf, dxx_inf;
+        // The fused kernels: bn_forward_training (plain and ReLU), bn_normalize with ReLU,
+        // bn_grad_training (plain and masked by ym), bn_grad_inference masked by ym.
+        std::vector<S> f_mean, f_var, fr_mean, fr_var, t_sums, tr_sums, ir_sums;
+        std::vector<T> f_y, fr_y, y_relu, t_dx, tr_dx, ir_dx;
 
         bool operator==(const outputs& o) const
         {
-            return same_bits(mean, o.mean) && same_bits(var, o.var) && same_bits(sum_dy, o.sum_dy) &&
+            return same_bits(f_mean, o.f_mean) && same_bits(f_var, o.f_var) && same_bits(fr_mean, o.fr_mean) &&
+                   same_bits(fr_var, o.fr_var) && same_bits(t_sums, o.t_sums) && same_bits(tr_sums, o.tr_sums) &&
+                   same_bits(ir_sums, o.ir_sums) && same_bits(f_y, o.f_y) && same_bits(fr_y, o.fr_y) &&
+                   same_bits(y_relu, o.y_relu) && same_bits(t_dx, o.t_dx) && same_bits(tr_dx, o.tr_dx) &&
+                   same_bits(ir_dx, o.ir_dx) &&
+                   same_bits(mean, o.mean) && same_bits(var, o.var) && same_bits(sum_dy, o.sum_dy) &&
                    same_bits(sum_dy_xc, o.sum_dy_xc) && same_bits(inf_sum_dy, o.inf_sum_dy) &&
                    same_bits(inf_sum_dy_xc, o.inf_sum_dy_xc) && same_bits(gg_sums, o.gg_sums) &&
                    same_bits(y, o.y) && same_bits(dx, o.dx) && same_bits(dx_inf, o.dx_inf) &&
@@ -281,10 +297,33 @@ namespace
         r.inf_sum_dy.assign(C, nan_s);
         r.inf_sum_dy_xc.assign(C, nan_s);
         r.gg_sums.assign(5 * C, nan_s);
-        for (auto* v : {&r.y, &r.dx, &r.dx_inf, &r.dg_train, &r.dxx_train, &r.dg_inf, &r.dxx_inf})
+        for (auto* v : {&r.y, &r.dx, &r.dx_inf, &r.dg_train, &r.dxx_train, &r.dg_inf, &r.dxx_inf, &r.f_y, &r.fr_y,
+                        &r.y_relu, &r.t_dx, &r.tr_dx, &r.ir_dx})
             v->assign(N, nan_t);
+        for (auto* v : {&r.f_mean, &r.f_var, &r.fr_mean, &r.fr_var})
+            v->assign(C, nan_s);
+        for (auto* v : {&r.t_sums, &r.tr_sums, &r.ir_sums})
+            v->assign(2 * C, nan_s);
         const S* sdy = ref_grad_sums.data();
         const S* sdxc = ref_grad_sums.data() + C;
+        auto fused = [&](auto forward_training, auto normalize, auto grad_training, auto grad_inference) {
+            forward_training(r.f_y.data(), r.f_mean.data(), r.f_var.data(), p.x.data(), p.scale.data(),
+                             p.offset.data(), p.eps, false, dt, o, c, in);
+            forward_training(r.fr_y.data(), r.fr_mean.data(), r.fr_var.data(), p.x.data(), p.scale.data(),
+                             p.offset.data(), p.eps, true, dt, o, c, in);
+            normalize(r.y_relu.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
+                      p.eps, true, dt, o, c, in);
+            grad_training(r.t_dx.data(), r.t_sums.data(), r.t_sums.data() + c, p.dy.data(), p.x.data(), nullptr,
+                          p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+            grad_training(r.tr_dx.data(), r.tr_sums.data(), r.tr_sums.data() + c, p.dy.data(), p.x.data(),
+                          p.ym.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+            grad_inference(r.ir_dx.data(), r.ir_sums.data(), r.ir_sums.data() + c, p.dy.data(), p.x.data(),
+                           p.ym.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+        };
+        if (fast)
+            fused(cpu::bn_forward_training, cpu::bn_normalize, cpu::bn_grad_training, cpu::bn_grad_inference);
+        else
+            fused(ref::bn_forward_training, ref::bn_normalize, ref::bn_grad_training, ref::bn_grad_inference);
         if (fast)
         {
             cpu::bn_moments(r.mean.data(), r.var.data(), p.x.data(), dt, o, c, in);
@@ -356,6 +395,7 @@ namespace
 
         // Per-channel magnitudes, in double.
         std::vector<double> sx(C), sdx2(C), mu(C), sdy(C), sdyxc(C), sg(C), sgxh(C), sA(C), sAxh(C), sAg(C);
+        std::vector<double> smdy(C), smdyxc(C), mtol(C), vtol(C); // masked dy; the statistics' tolerances
         for (i64 i = 0; i < n; ++i)
         {
             const i64 c = p.ch(i);
@@ -376,6 +416,8 @@ namespace
             sA[c] += std::abs(p.AA(i));
             sAxh[c] += std::abs(p.AA(i) * xh);
             sAg[c] += std::abs(p.AA(i) * p.DY(i));
+            smdy[c] += p.passes(i) ? std::abs(p.DY(i)) : 0.0;
+            smdyxc[c] += p.passes(i) ? std::abs(p.DY(i) * xc) : 0.0;
         }
 
         const double u = p.u, D = p.depth();
@@ -383,8 +425,8 @@ namespace
         {
             if (R == 0)
             {
-                rep.close("mean (R = 0)", c, sv(got.mean, c), std::numeric_limits<double>::quiet_NaN(), 0);
-                rep.close("var (R = 0)", c, sv(got.var, c), std::numeric_limits<double>::quiet_NaN(), 0);
+                for (const auto* v : {&got.mean, &got.var, &got.f_mean, &got.f_var, &got.fr_mean, &got.fr_var})
+                    rep.close("statistics (R = 0)", c, sv(*v, c), std::numeric_limits<double>::quiet_NaN(), 0);
             }
             else
             {
@@ -395,7 +437,26 @@ namespace
                 const double var_tol = ((3 * D + 8) * u + ref_err) * (v + delta * delta) + u * v +
                                        std::numeric_limits<stat_t<T>>::denorm_min();
                 rep.close("var", c, sv(got.var, c), sv(want.var, c), var_tol);
+                // The fused forward's statistics are bn_moments' (its own summation order).
+                rep.close("forward mean", c, sv(got.f_mean, c), sv(want.f_mean, c), mean_tol);
+                rep.close("forward var", c, sv(got.f_var, c), sv(want.f_var, c), var_tol);
+                rep.close("forward+relu mean", c, sv(got.fr_mean, c), sv(want.fr_mean, c), mean_tol);
+                rep.close("forward+relu var", c, sv(got.fr_var, c), sv(want.fr_var, c), var_tol);
+                mtol[c] = mean_tol;
+                vtol[c] = var_tol;
             }
+            rep.close("training sum_dy", c, sv(got.t_sums, c), sv(want.t_sums, c),
+                      p.sum_tol(sdy[c], sv(want.t_sums, c)));
+            rep.close("training sum_dy_xc", c, sv(got.t_sums, C + c), sv(want.t_sums, C + c),
+                      p.sum_tol(sdyxc[c], sv(want.t_sums, C + c)));
+            rep.close("training+relu sum_dy", c, sv(got.tr_sums, c), sv(want.tr_sums, c),
+                      p.sum_tol(smdy[c], sv(want.tr_sums, c)));
+            rep.close("training+relu sum_dy_xc", c, sv(got.tr_sums, C + c), sv(want.tr_sums, C + c),
+                      p.sum_tol(smdyxc[c], sv(want.tr_sums, C + c)));
+            rep.close("inference+relu sum_dy", c, sv(got.ir_sums, c), sv(want.ir_sums, c),
+                      p.sum_tol(smdy[c], sv(want.ir_sums, c)));
+            rep.close("inference+relu sum_dy_xc", c, sv(got.ir_sums, C + c), sv(want.ir_sums, C + c),
+                      p.sum_tol(smdyxc[c], sv(want.ir_sums, C + c)));
             rep.close("sum_dy", c, sv(got.sum_dy, c), sv(want.sum_dy, c), p.sum_tol(sdy[c], sv(want.sum_dy, c)));
             rep.close("sum_dy_xc", c, sv(got.sum_dy_xc, c), sv(want.sum_dy_xc, c),
                       p.sum_tol(sdyxc[c], sv(want.sum_dy_xc, c)));
@@ -439,6 +500,39 @@ namespace
             check("d_g (inference)", got.dg_inf, want.dg_inf, 12,
                   std::abs(gamma * r * A) + std::abs(ac * xh) + std::abs(bc));
             check("d_x (inference)", got.dxx_inf, want.dxx_inf, 6, std::abs(ac * r * dy));
+
+            // The fused kernels. ReLU is exact and 1-Lipschitz: it keeps each tolerance.
+            check("y (relu)", got.y_relu, want.y_relu, 8, std::abs(xc * r * gamma) + std::abs(p.P(p.offset, c)));
+            if (R > 0)
+            {
+                // Normalised with its own statistics: their errors (mtol, vtol) move y by
+                // |gamma| r per unit of mean and |x - mean| |gamma| r^3 / 2 per unit of variance.
+                const double fm = sv(want.f_mean, c), fr = 1.0 / std::sqrt(sv(want.f_var, c) + p.eps);
+                const double stat_err = std::abs(gamma) * fr * (mtol[c] + std::abs(x - fm) * fr * fr / 2 * vtol[c]);
+                for (const auto& [what, g, w] : {std::tuple{"forward y", &got.f_y, &want.f_y},
+                                                 std::tuple{"forward+relu y", &got.fr_y, &want.fr_y}})
+                {
+                    const double gv = el(*g, i), wv = el(*w, i);
+                    rep.close(what, i, gv, wv,
+                              p.elem_tol(8, std::abs((x - fm) * fr * gamma) + std::abs(p.P(p.offset, c)), gv, wv) +
+                                  stat_err);
+                }
+            }
+            // Training dx from the kernel's own sums: their errors add |gamma r| (e1 + |xc| r^2 e2) / R.
+            auto train_dx = [&](const char* what, const std::vector<T>& g, const std::vector<T>& w,
+                                const std::vector<stat_t<T>>& sums, double g_in, double m1, double m2) {
+                const double s1 = sv(sums, c) / dR, s2 = sv(sums, C + c) / dR;
+                const double e1 = p.sum_tol(m1, s1 * dR) / dR, e2 = p.sum_tol(m2, s2 * dR) / dR;
+                const double gv = el(g, i), wv = el(w, i);
+                rep.close(what, i, gv, wv,
+                          p.elem_tol(16, std::abs(gamma * r) * (std::abs(g_in) + std::abs(s1) + std::abs(xc * r * r * s2)),
+                                     gv, wv) +
+                              std::abs(gamma * r) * (e1 + std::abs(xc) * r * r * e2));
+            };
+            const double dy_m = p.passes(i) ? dy : 0.0;
+            train_dx("dx (training)", got.t_dx, want.t_dx, want.t_sums, dy, sdy[c], sdyxc[c]);
+            train_dx("dx (training+relu)", got.tr_dx, want.tr_dx, want.tr_sums, dy_m, smdy[c], smdyxc[c]);
+            check("dx (inference+relu)", got.ir_dx, want.ir_dx, 6, std::abs(dy_m * gamma * r));
         }
         if (rep.bad == 0)
             return "";
@@ -571,6 +665,26 @@ TEST_CASE("batch-norm kernels: results do not depend on the thread count")
     check_thread_independence<double>(6);
     check_thread_independence<float16_t>(7);
     check_thread_independence<bfloat16_t>(8);
+}
+
+TEST_CASE("batch-norm kernels: one-read kernels in channel blocks, with streamed outputs")
+{
+    // With a resident budget of 4 KiB, bn_forward_training and bn_grad_training cut every tensor
+    // above it into channel blocks (one channel each once a channel alone exceeds it; whole
+    // cache lines of channels-last rows), and the elementwise outputs of float32/float64
+    // tensors take the non-temporal stores. The same comparisons with the reference and the
+    // same thread independence must hold.
+    struct budget_guard
+    {
+        std::int64_t old = cpu::bn_set_resident_budget(4096);
+        ~budget_guard() { cpu::bn_set_resident_budget(old); }
+    } budget;
+    check_dtype<float>(11);
+    check_dtype<double>(12);
+    check_dtype<bfloat16_t>(13);
+    check_dtype<float16_t>(14);
+    check_thread_independence<float>(15);
+    check_thread_independence<bfloat16_t>(16);
 }
 
 TEST_CASE("batch-norm kernels: NaN propagates as in the reference")

@@ -22,9 +22,11 @@
 //   affine expression per element, cA*(A - mA) + cG*(g - mG) + cX*(x - mX) + cK (centred
 //   operands keep cancellation out of the per-channel constants).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -65,7 +67,8 @@ namespace xgrad::cpu
                           S* sums)
         {
             const int K = simd::bn_sum_count(kind);
-            const std::int64_t G = geo.groups, inner = geo.inner, C = geo.C, cols = geo.cols, cb = geo.cb;
+            const std::int64_t G = geo.groups, inner = geo.inner, C = geo.C, cols = geo.cols, cb = geo.cb,
+                               rs = geo.rstride;
             const std::int64_t B = geo.blocks_per_item, groups_of_blocks = (geo.row_blocks + B - 1) / B;
             // partial[(gb * K + s) * G + group]: one per group of B row blocks.
             std::vector<S> partial(static_cast<std::size_t>(groups_of_blocks * K * G));
@@ -76,7 +79,7 @@ namespace xgrad::cpu
                     std::vector<S> acc(static_cast<std::size_t>(K * cb)), mcol(static_cast<std::size_t>(cb)),
                         kcol(static_cast<std::size_t>(cb)), blocks(static_cast<std::size_t>(B * K * gpb));
                     const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                    typename operands<T, S>::scratch scr(sub_rows * cb);
+                    typename operands<T, S>::scratch scr(sub_rows * cb, io.staged());
                     for (std::int64_t item = begin; item < end; ++item)
                     {
                         const std::int64_t gb = item / geo.col_blocks, cbi = item % geo.col_blocks;
@@ -96,13 +99,13 @@ namespace xgrad::cpu
                                 std::fill(bp + s * ng + nvg, bp + s * ng + ng, S(0));
                             if (t.nvalid == 0)
                                 continue;
-                            const std::int64_t base = t.r0 * cols + t.j0;
-                            const std::int64_t step = operands<T, S>::direct ? t.nr : sub_rows;
+                            const std::int64_t base = t.r0 * rs + t.j0;
+                            const std::int64_t step = io.staged() ? sub_rows : t.nr;
                             for (std::int64_t r = 0; r < t.nr; r += step)
                             {
                                 const std::int64_t rows = std::min(step, t.nr - r);
                                 simd::bn_tile<S> tile{};
-                                io.begin(scr, base + r * cols, rows, t.nvalid, cols, tile.x, tile.g, tile.a, tile.out,
+                                io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
                                          tile.in_stride);
                                 tile.out_stride = tile.in_stride;
                                 tile.nrows = rows;
@@ -113,7 +116,7 @@ namespace xgrad::cpu
                                 tile.acc_stride = cb;
                                 tile.accumulate = r > 0;
                                 simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S>*>(&tile), kind);
-                                io.finish(scr, base + r * cols, rows, t.nvalid, cols);
+                                io.finish(scr, base + r * rs, rows, t.nvalid, rs);
                             }
                             for (int s = 0; s < K; ++s)
                             {
@@ -142,18 +145,18 @@ namespace xgrad::cpu
                          S* sums)
         {
             const int K = simd::bn_sum_count(kind);
-            const std::int64_t C = geo.C, ipc = geo.items_per_channel, o_stride = C * geo.inner;
+            const std::int64_t C = geo.C, ipc = geo.items_per_channel, o_stride = geo.ostride;
             // partial[(c * ipc + q) * K + s]
             std::vector<S> partial(static_cast<std::size_t>(C * ipc * K));
             parallel_for(0, geo.run_items(), std::max<std::int64_t>(1, grain / geo.run_item_elems()),
                          [&](std::int64_t begin, std::int64_t end) {
                              std::vector<S> state(static_cast<std::size_t>(geo.run_cb * simd::bn_run_state_size(kind))),
                                  local(static_cast<std::size_t>(geo.run_cb * K));
-                             typename operands<T, S>::scratch scr(std::max(run_span, run_item));
+                             typename operands<T, S>::scratch scr(std::max(run_span, run_item), io.staged());
                              for (std::int64_t item = begin; item < end; ++item)
                              {
                                  const auto b = geo.run_block(item);
-                                 const std::int64_t base = (b.o0 * C + b.c0) * geo.inner + b.i0;
+                                 const std::int64_t base = b.o0 * o_stride + b.c0 * geo.inner + b.i0;
                                  simd::bn_run<S> run{};
                                  run.o_stride = o_stride;
                                  run.nc = b.nc;
@@ -163,7 +166,7 @@ namespace xgrad::cpu
                                  run.state = state.data();
                                  run.sums = local.data();
                                  // In place: one call. 16-bit: one outer index (nc segments) at a time.
-                                 const std::int64_t step = operands<T, S>::direct ? b.no : 1;
+                                 const std::int64_t step = io.staged() ? 1 : b.no;
                                  for (std::int64_t o = 0; o < b.no; o += step)
                                  {
                                      const std::int64_t off = base + o * o_stride;
@@ -211,11 +214,14 @@ namespace xgrad::cpu
             T* out = nullptr;
             bool a = false, g = false, x = false; // which operands the expression uses
             const S* coef = nullptr;
+            bool relu = false;   // max(out, 0) on store
+            bool stream = false; // non-temporal stores where the output is written in place
         };
 
+        /// y: when not null, g is read as (y > 0 ? g : 0) (the fused ReLU's backward).
         template <class T, class S>
         void apply(const geometry& geo, const T* a, const T* g, const T* x, const affine_out<T, S>* outs, int nouts,
-                   bool f16c)
+                   bool f16c, const T* y = nullptr)
         {
             if (geo.numel == 0)
                 return;
@@ -223,12 +229,14 @@ namespace xgrad::cpu
             for (int o = 0; o < nouts; ++o)
                 need_a |= outs[o].a, need_g |= outs[o].g, need_x |= outs[o].x;
             // Inputs converted once per piece for every output; each output written back itself.
-            const operands<T, S> in{need_x ? x : nullptr, need_g ? g : nullptr, need_a ? a : nullptr, nullptr, f16c};
+            const operands<T, S> in{need_x ? x : nullptr, need_g ? g : nullptr, need_a ? a : nullptr, nullptr, f16c,
+                                    need_g ? y : nullptr};
             const std::int64_t C = geo.C;
             auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
                             std::int64_t rows, std::int64_t n, std::int64_t stride, const S* pa, const S* pg,
                             const S* px, const S* const* coef, std::int64_t coef_stride, std::int64_t coef_row_stride) {
-                const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c};
+                // Staged like the inputs, so that all pointers share one row stride.
+                const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c, nullptr, in.staged()};
                 const S *unused_x, *unused_g, *unused_a;
                 S* pout;
                 std::int64_t pstride;
@@ -245,19 +253,21 @@ namespace xgrad::cpu
                 p.nrows = rows;
                 p.n = n;
                 p.stride = pstride;
+                p.relu = o.relu;
+                p.stream = o.stream && !out.staged();
                 simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S>*>(&p));
                 out.finish(scr, offset, rows, n, stride);
             };
 
             if (geo.tiles)
             {
-                const std::int64_t cols = geo.cols;
+                const std::int64_t rs = geo.rstride;
                 parallel_for(0, geo.tile_items(), std::max<std::int64_t>(1, grain / geo.tile_elems()),
                              [&](std::int64_t begin, std::int64_t end) {
                                  const std::int64_t cb = geo.cb;
                                  std::vector<S> cexp(static_cast<std::size_t>(nouts * 7 * cb));
                                  const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                                 typename operands<T, S>::scratch scr(sub_rows * cb);
+                                 typename operands<T, S>::scratch scr(sub_rows * cb, in.staged());
                                  for (std::int64_t item = begin; item < end; ++item)
                                  {
                                      const auto t = geo.tile_at(item);
@@ -273,17 +283,17 @@ namespace xgrad::cpu
                                                         [&](std::int64_t j, std::int64_t c) { e[j] = src[c]; });
                                              coef[o][q] = e;
                                          }
-                                     const std::int64_t base = t.r0 * cols + t.j0;
-                                     const std::int64_t step = operands<T, S>::direct ? t.nr : sub_rows;
+                                     const std::int64_t base = t.r0 * rs + t.j0;
+                                     const std::int64_t step = in.staged() ? sub_rows : t.nr;
                                      for (std::int64_t r = 0; r < t.nr; r += step)
                                      {
-                                         const std::int64_t rows = std::min(step, t.nr - r), off = base + r * cols;
+                                         const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
                                          const S *px, *pg, *pa;
                                          S* unused_out;
                                          std::int64_t pstride;
-                                         in.begin(scr, off, rows, t.nvalid, cols, px, pg, pa, unused_out, pstride);
+                                         in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, pstride);
                                          for (int o = 0; o < nouts; ++o)
-                                             call(outs[o], scr, off, rows, t.nvalid, cols, pa, pg, px, coef[o], 1, 0);
+                                             call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, coef[o], 1, 0);
                                      }
                                  }
                              });
@@ -291,14 +301,14 @@ namespace xgrad::cpu
             }
             parallel_for(0, geo.run_items(), std::max<std::int64_t>(1, grain / geo.run_item_elems()),
                          [&](std::int64_t begin, std::int64_t end) {
-                             typename operands<T, S>::scratch scr(std::max(run_span, run_item));
+                             typename operands<T, S>::scratch scr(std::max(run_span, run_item), in.staged());
                              for (std::int64_t item = begin; item < end; ++item)
                              {
                                  const auto b = geo.run_block(item);
                                  for (std::int64_t o = 0; o < b.no; ++o)
                                  {
                                      // The nc segments of one outer index: rows with one coefficient each.
-                                     const std::int64_t off = ((b.o0 + o) * C + b.c0) * geo.inner + b.i0;
+                                     const std::int64_t off = (b.o0 + o) * geo.ostride + b.c0 * geo.inner + b.i0;
                                      const S *px, *pg, *pa;
                                      S* unused_out;
                                      std::int64_t pstride;
@@ -345,6 +355,109 @@ namespace xgrad::cpu
         }
     }
 
+    namespace
+    {
+        /// Bytes of x-like tensors that a one-read kernel keeps resident per channel block: half
+        /// of the 32 MiB last-level cache of the machines this is tuned on, leaving room for the
+        /// rest of the traffic. A fixed value, not a cache-size query, so that the blocks (and
+        /// with them the summation order) depend on the shape alone; tests lower it.
+        std::atomic<std::int64_t> resident_budget_bytes{std::int64_t{16} << 20};
+
+        /// Channel blocks of an [outer, C, inner] tensor for a kernel that reads `tensors`
+        /// x-like tensors of `elem` bytes per element twice (a reduction, then an elementwise
+        /// pass): f(c0, geometry of the block) for each block, in order. One block, the whole
+        /// tensor, when everything fits resident_budget; else blocks of nc channels that fit it
+        /// (at least one channel), in channels-last rows a whole number of 64-byte cache lines
+        /// wide, so that DRAM is read once: the reduction brings a block into the cache and the
+        /// elementwise pass finds it there.
+        template <class F>
+        void for_channel_blocks(std::int64_t outer, std::int64_t C, std::int64_t inner, std::int64_t elem,
+                                std::int64_t tensors, F&& f)
+        {
+            const std::int64_t per_channel = outer * inner * elem * tensors, budget = resident_budget_bytes.load();
+            if (per_channel * C <= budget)
+                return f(std::int64_t{0}, geometry(outer, C, inner));
+            std::int64_t nc = std::max<std::int64_t>(1, budget / per_channel);
+            if (inner < bn_detail::run_min_inner)
+            {
+                const std::int64_t unit = 64 / std::gcd(inner * elem, std::int64_t{64});
+                nc = std::max(unit, nc / unit * unit);
+            }
+            nc = std::min(nc, C);
+            for (std::int64_t c0 = 0; c0 < C; c0 += nc)
+                f(c0, geometry(outer, std::min(nc, C - c0), inner, C * inner));
+        }
+
+        /// Whether an elementwise output bypasses the cache (non-temporal stores): when the
+        /// tensors a kernel touches do not fit resident_budget, so the output would only evict
+        /// its inputs and cost a read for ownership.
+        bool stream_output(std::int64_t numel, std::int64_t elem, std::int64_t tensors) noexcept
+        {
+            return numel * elem * tensors > resident_budget_bytes.load();
+        }
+
+        /// mean and biased variance of the channels of geo, read through io (bn_moments).
+        template <class T, class S>
+        void moments_of(const geometry& geo, const operands<T, S>& io, S* mo, S* vo)
+        {
+            const auto dR = static_cast<double>(geo.outer * geo.inner);
+            const S* none = nullptr;
+            std::vector<S> m = reduce(geo, bn_sums::x, io, none, none);
+            for (auto& v : m)
+                v = static_cast<S>(static_cast<double>(v) / dR);
+            const std::vector<S> d = reduce(geo, bn_sums::centred, io, m.data(), none);
+            for (std::int64_t c = 0; c < geo.C; ++c)
+            {
+                // Corrected two-pass: exact in exact arithmetic for any centre m[c].
+                const double sd = d[c], sq = d[geo.C + c];
+                const double v = (sq - sd * sd / dR) / dR;
+                mo[c] = static_cast<S>(static_cast<double>(m[c]) + sd / dR);
+                vo[c] = static_cast<S>(v < 0 ? 0.0 : v); // NaN stays NaN
+            }
+        }
+
+        /// apply() coefficients of y = (x - mean) r scale + offset.
+        template <class S>
+        std::vector<S> normalize_coef(const S* scale, const S* offset, const S* mean, const S* var, double eps,
+                                      std::int64_t C)
+        {
+            auto coef = coef_table<S>(C);
+            for (std::int64_t c = 0; c < C; ++c)
+            {
+                coef[cX * C + c] = static_cast<S>(at<S>(scale, c) * inv_std<S>(var, c, eps));
+                coef[mX * C + c] = mean[c];
+                coef[cK * C + c] = offset[c];
+            }
+            return coef;
+        }
+
+        /// apply() coefficients of the training dx from the sums (R elements per channel):
+        /// dx = k1 (dy - sum_dy/R) - k1 r^2 sum_dy_xc/R (x - mean), k1 = scale r.
+        template <class S>
+        std::vector<S> grad_apply_coef(const S* scale, const S* mean, const S* var, const S* sum_dy,
+                                       const S* sum_dy_xc, double eps, double R, std::int64_t C)
+        {
+            auto coef = coef_table<S>(C);
+            for (std::int64_t c = 0; c < C; ++c)
+            {
+                const double r = inv_std<S>(var, c, eps), k1 = at<S>(scale, c) * r;
+                coef[cG * C + c] = static_cast<S>(k1);
+                coef[mG * C + c] = static_cast<S>(at<S>(sum_dy, c) / R);
+                coef[cX * C + c] = static_cast<S>(-k1 * r * r * at<S>(sum_dy_xc, c) / R);
+                coef[mX * C + c] = mean[c];
+            }
+            return coef;
+        }
+
+        template <class T, class S>
+        const T* advanced(const void* p, std::int64_t off) noexcept
+        {
+            return p ? static_cast<const T*>(p) + off : nullptr;
+        }
+    }
+
+    std::int64_t bn_set_resident_budget(std::int64_t bytes) noexcept { return resident_budget_bytes.exchange(bytes); }
+
     void bn_moments(void* mean, void* var, const void* x, dtype xdt, std::int64_t outer, std::int64_t C,
                     std::int64_t inner)
     {
@@ -355,29 +468,14 @@ namespace xgrad::cpu
             using S = decltype(s);
             S* mo = static_cast<S*>(mean);
             S* vo = static_cast<S*>(var);
-            const geometry geo(outer, C, inner);
-            const std::int64_t R = outer * inner;
-            if (R == 0)
+            if (outer * inner == 0)
             {
                 std::fill(mo, mo + C, std::numeric_limits<S>::quiet_NaN());
                 std::fill(vo, vo + C, std::numeric_limits<S>::quiet_NaN());
                 return;
             }
             const operands<T, S> io{static_cast<const T*>(x), nullptr, nullptr, nullptr, use_f16c()};
-            const auto dR = static_cast<double>(R);
-            const S* none = nullptr;
-            std::vector<S> m = reduce(geo, bn_sums::x, io, none, none);
-            for (auto& v : m)
-                v = static_cast<S>(static_cast<double>(v) / dR);
-            const std::vector<S> d = reduce(geo, bn_sums::centred, io, m.data(), none);
-            for (std::int64_t c = 0; c < C; ++c)
-            {
-                // Corrected two-pass: exact in exact arithmetic for any centre m[c].
-                const double sd = d[c], sq = d[C + c];
-                const double v = (sq - sd * sd / dR) / dR;
-                mo[c] = static_cast<S>(static_cast<double>(m[c]) + sd / dR);
-                vo[c] = static_cast<S>(v < 0 ? 0.0 : v); // NaN stays NaN
-            }
+            moments_of(geometry(outer, C, inner), io, mo, vo);
         });
     }
 
@@ -385,23 +483,52 @@ namespace xgrad::cpu
                       const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
                       std::int64_t inner)
     {
-        if (use_reference() || relu)
+        if (use_reference())
             return reference::bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
-            auto coef = coef_table<S>(C);
-            for (std::int64_t c = 0; c < C; ++c)
-            {
-                coef[cX * C + c] = static_cast<S>(at<S>(scale, c) * inv_std<S>(var, c, eps));
-                coef[mX * C + c] = static_cast<const S*>(mean)[c];
-                coef[cK * C + c] = static_cast<const S*>(offset)[c];
-            }
+            const auto coef = normalize_coef<S>(static_cast<const S*>(scale), static_cast<const S*>(offset),
+                                                static_cast<const S*>(mean), static_cast<const S*>(var), eps, C);
             affine_out<T, S> o;
             o.out = static_cast<T*>(y);
             o.x = true;
             o.coef = coef.data();
+            o.relu = relu;
+            o.stream = stream_output(outer * C * inner, sizeof(T), 2);
             apply<T, S>(geometry(outer, C, inner), nullptr, nullptr, static_cast<const T*>(x), &o, 1, use_f16c());
+        });
+    }
+
+    void bn_forward_training(void* y, void* mean, void* var, const void* x, const void* scale, const void* offset,
+                             double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        if (use_reference())
+            return reference::bn_forward_training(y, mean, var, x, scale, offset, eps, relu, xdt, outer, C, inner);
+        if (outer * inner == 0)
+            return bn_moments(mean, var, x, xdt, outer, C, inner); // NaN statistics, no elements
+        visit_with_stats(xdt, [&](auto t, auto s) {
+            using T = decltype(t);
+            using S = decltype(s);
+            S* mo = static_cast<S*>(mean);
+            S* vo = static_cast<S*>(var);
+            const auto* sc = static_cast<const S*>(scale);
+            const auto* oc = static_cast<const S*>(offset);
+            const bool f16c = use_f16c(), stream = stream_output(outer * C * inner, sizeof(T), 2);
+            // Per block: two reductions and the normalisation, x read from DRAM once.
+            for_channel_blocks(outer, C, inner, sizeof(T), 1, [&](std::int64_t c0, const geometry& geo) {
+                const std::int64_t off = c0 * inner;
+                const T* xb = static_cast<const T*>(x) + off;
+                moments_of(geo, operands<T, S>{xb, nullptr, nullptr, nullptr, f16c}, mo + c0, vo + c0);
+                const auto coef = normalize_coef<S>(sc + c0, oc + c0, mo + c0, vo + c0, eps, geo.C);
+                affine_out<T, S> o;
+                o.out = static_cast<T*>(y) + off;
+                o.x = true;
+                o.coef = coef.data();
+                o.relu = relu;
+                o.stream = stream;
+                apply<T, S>(geo, nullptr, nullptr, xb, &o, 1, f16c);
+            });
         });
     }
 
@@ -430,49 +557,61 @@ namespace xgrad::cpu
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
-            const auto R = static_cast<double>(outer * inner);
-            auto coef = coef_table<S>(C);
-            for (std::int64_t c = 0; c < C; ++c)
-            {
-                // dx = k1 (dy - sum_dy/R) - k1 r^2 sum_dy_xc/R (x - mean), k1 = scale r.
-                const double r = inv_std<S>(var, c, eps), k1 = at<S>(scale, c) * r;
-                coef[cG * C + c] = static_cast<S>(k1);
-                coef[mG * C + c] = static_cast<S>(at<S>(sum_dy, c) / R);
-                coef[cX * C + c] = static_cast<S>(-k1 * r * r * at<S>(sum_dy_xc, c) / R);
-                coef[mX * C + c] = static_cast<const S*>(mean)[c];
-            }
+            const auto coef = grad_apply_coef<S>(static_cast<const S*>(scale), static_cast<const S*>(mean),
+                                                 static_cast<const S*>(var), static_cast<const S*>(sum_dy),
+                                                 static_cast<const S*>(sum_dy_xc), eps,
+                                                 static_cast<double>(outer * inner), C);
             affine_out<T, S> o;
             o.out = static_cast<T*>(dx);
             o.g = o.x = true;
             o.coef = coef.data();
+            o.stream = stream_output(outer * C * inner, sizeof(T), 3);
             apply<T, S>(geometry(outer, C, inner), nullptr, static_cast<const T*>(dy), static_cast<const T*>(x), &o, 1,
                         use_f16c());
         });
-    }
-
-    void bn_forward_training(void* y, void* mean, void* var, const void* x, const void* scale, const void* offset,
-                             double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
-    {
-        bn_moments(mean, var, x, xdt, outer, C, inner);
-        bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
     }
 
     void bn_grad_training(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
                           const void* scale, const void* mean, const void* var, double eps, dtype xdt,
                           std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference() || y)
+        if (use_reference())
             return reference::bn_grad_training(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C,
                                                inner);
-        bn_grad_reduce(sum_dy, sum_dy_xc, dy, x, mean, xdt, outer, C, inner);
-        bn_grad_apply(dx, dy, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
+        visit_with_stats(xdt, [&](auto t, auto s) {
+            using T = decltype(t);
+            using S = decltype(s);
+            S* s1 = static_cast<S*>(sum_dy);
+            S* s2 = static_cast<S*>(sum_dy_xc);
+            const auto* sc = static_cast<const S*>(scale);
+            const auto* mp = static_cast<const S*>(mean);
+            const auto* vp = static_cast<const S*>(var);
+            const bool f16c = use_f16c(), stream = stream_output(outer * C * inner, sizeof(T), 3);
+            const auto R = static_cast<double>(outer * inner);
+            // Per block: the sums, then dx from them, dy and x read from DRAM once.
+            for_channel_blocks(outer, C, inner, sizeof(T), 2, [&](std::int64_t c0, const geometry& geo) {
+                const std::int64_t off = c0 * inner, nc = geo.C;
+                const T *xb = advanced<T, S>(x, off), *gb = advanced<T, S>(dy, off), *yb = advanced<T, S>(y, off);
+                const auto sums = reduce(geo, bn_sums::grad, operands<T, S>{xb, gb, nullptr, nullptr, f16c, yb},
+                                         mp + c0, static_cast<const S*>(nullptr));
+                std::copy(sums.begin(), sums.begin() + nc, s1 + c0);
+                std::copy(sums.begin() + nc, sums.begin() + 2 * nc, s2 + c0);
+                const auto coef = grad_apply_coef<S>(sc + c0, mp + c0, vp + c0, s1 + c0, s2 + c0, eps, R, nc);
+                affine_out<T, S> o;
+                o.out = static_cast<T*>(dx) + off;
+                o.g = o.x = true;
+                o.coef = coef.data();
+                o.stream = stream;
+                apply<T, S>(geo, nullptr, gb, xb, &o, 1, f16c, yb);
+            });
+        });
     }
 
     void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
                            const void* scale, const void* mean, const void* var, double eps, dtype xdt,
                            std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference() || y)
+        if (use_reference())
             return reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C,
                                                 inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
@@ -482,7 +621,7 @@ namespace xgrad::cpu
             for (std::int64_t c = 0; c < C; ++c)
                 k[c] = static_cast<S>(at<S>(scale, c) * inv_std<S>(var, c, eps));
             const operands<T, S> io{static_cast<const T*>(x), static_cast<const T*>(dy), nullptr, static_cast<T*>(dx),
-                                    use_f16c()};
+                                    use_f16c(), static_cast<const T*>(y)};
             const auto sums =
                 reduce(geometry(outer, C, inner), bn_sums::grad_out, io, static_cast<const S*>(mean), k.data());
             std::copy(sums.begin(), sums.begin() + C, static_cast<S*>(sum_dy));

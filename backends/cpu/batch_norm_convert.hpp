@@ -12,6 +12,7 @@
 // widen_rows / narrow_rows are defined, with the SSE2 bfloat16 code, in batch_norm_convert.cpp
 // (built with the default flags, like batch_norm.cpp), for T = float16_t and bfloat16_t only:
 // operands never converts when T is S.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -33,8 +34,32 @@ namespace xgrad::cpu::bn_detail
     extern template void narrow_rows(float16_t*, const float*, std::int64_t, std::int64_t, std::int64_t, bool);
     extern template void narrow_rows(bfloat16_t*, const float*, std::int64_t, std::int64_t, std::int64_t, bool);
 
-    /// The x-like operands of one kernel call, in S when T is S (read in place) or converted
-    /// piece by piece into per-thread scratch (16-bit T).
+    /// g[j] = y[j] > 0 ? g[j] : 0 for j < n (the fused ReLU's backward; NaN in y masks).
+    template <class S>
+    void mask_by_positive(S* g, const S* y, std::int64_t n) noexcept
+    {
+        for (std::int64_t j = 0; j < n; ++j)
+            g[j] = y[j] > S(0) ? g[j] : S(0);
+    }
+
+    /// Rows of n elements, `stride` apart, copied into a packed buffer (or back).
+    template <class S>
+    void pack_rows(S* dst, const S* src, std::int64_t rows, std::int64_t n, std::int64_t stride) noexcept
+    {
+        for (std::int64_t r = 0; r < rows; ++r)
+            std::copy(src + r * stride, src + r * stride + n, dst + r * n);
+    }
+    template <class S>
+    void unpack_rows(S* dst, const S* src, std::int64_t rows, std::int64_t n, std::int64_t stride) noexcept
+    {
+        for (std::int64_t r = 0; r < rows; ++r)
+            std::copy(src + r * n, src + r * n + n, dst + r * stride);
+    }
+
+    /// The x-like operands of one kernel call, read in place when T is S, or staged piece by
+    /// piece into per-thread scratch in S: always for 16-bit T (converted), and for T = S when
+    /// g is masked by a fused ReLU's output y (copied, g masked) or when force_stage (an output
+    /// written beside staged inputs, so that all pointers share the packed row stride).
     template <class T, class S>
     struct operands
     {
@@ -44,52 +69,66 @@ namespace xgrad::cpu::bn_detail
         const T* a;
         T* out;
         bool f16c;
+        /// Not null: g is read as (y > 0 ? g : 0).
+        const T* y = nullptr;
+        bool force_stage = false;
 
-        /// Per-thread buffers for one piece.
+        bool staged() const noexcept { return !direct || y != nullptr || force_stage; }
+
+        /// Per-thread buffers for one piece (empty when nothing is staged).
         struct scratch
         {
-            std::vector<S> x, g, a, out;
-            explicit scratch(std::int64_t n)
-                : x(direct ? 0 : static_cast<std::size_t>(n)), g(direct ? 0 : static_cast<std::size_t>(n)),
-                  a(direct ? 0 : static_cast<std::size_t>(n)), out(direct ? 0 : static_cast<std::size_t>(n))
+            std::vector<S> x, g, a, out, y;
+            scratch(std::int64_t n, bool staged)
             {
+                const auto m = static_cast<std::size_t>(staged ? n : 0);
+                x.resize(m), g.resize(m), a.resize(m), out.resize(m), y.resize(m);
             }
         };
 
         /// Pointers (S) to rows [0, rows) of n elements starting at element `offset`, rows
         /// `stride` apart; `stride_out` receives the row stride of the pointers returned.
-        /// Inputs are converted now; the output is written back by finish().
+        /// Inputs are staged now; a staged output is written back by finish().
         void begin(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
                    const S*& px, const S*& pg, const S*& pa, S*& pout, std::int64_t& stride_out) const
         {
-            if constexpr (direct)
+            if (!staged())
             {
-                px = x ? x + offset : nullptr;
-                pg = g ? g + offset : nullptr;
-                pa = a ? a + offset : nullptr;
-                pout = out ? out + offset : nullptr;
-                stride_out = stride;
+                if constexpr (direct)
+                {
+                    px = x ? x + offset : nullptr;
+                    pg = g ? g + offset : nullptr;
+                    pa = a ? a + offset : nullptr;
+                    pout = out ? out + offset : nullptr;
+                    stride_out = stride;
+                }
+                return;
             }
-            else
-            {
-                px = pg = pa = nullptr;
-                if (x)
-                    widen_rows(s.x.data(), x + offset, rows, n, stride, f16c), px = s.x.data();
-                if (g)
-                    widen_rows(s.g.data(), g + offset, rows, n, stride, f16c), pg = s.g.data();
-                if (a)
-                    widen_rows(s.a.data(), a + offset, rows, n, stride, f16c), pa = s.a.data();
-                pout = out ? s.out.data() : nullptr;
-                stride_out = n;
-            }
+            auto stage = [&](std::vector<S>& dst, const T* src) {
+                if constexpr (direct)
+                    pack_rows(dst.data(), src + offset, rows, n, stride);
+                else
+                    widen_rows(dst.data(), src + offset, rows, n, stride, f16c);
+                return dst.data();
+            };
+            px = x ? stage(s.x, x) : nullptr;
+            pg = g ? stage(s.g, g) : nullptr;
+            pa = a ? stage(s.a, a) : nullptr;
+            if (g && y)
+                mask_by_positive(s.g.data(), stage(s.y, y), rows * n);
+            pout = out ? s.out.data() : nullptr;
+            stride_out = n;
         }
 
         void finish(const scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n,
                     std::int64_t stride) const
         {
-            if constexpr (!direct)
-                if (out)
-                    narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);
+            if (!out || !staged())
+                return;
+            if constexpr (direct)
+                unpack_rows(out + offset, s.out.data(), rows, n, stride);
+            else
+                narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);
         }
     };
 }

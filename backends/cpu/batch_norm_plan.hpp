@@ -92,7 +92,16 @@ namespace xgrad::cpu::bn_detail
         std::int64_t items_per_channel = 0; // per channel: groups of outer indices, or chunks
         std::int64_t run_cb = 1;            // channels per work item (each summed separately)
 
-        geometry(std::int64_t o, std::int64_t c, std::int64_t i) : outer(o), C(c), inner(i), numel(o * c * i)
+        /// Distance between consecutive outer indices: C * inner for a whole tensor, more for a
+        /// block of channels [c0, c0 + C) of a wider tensor (a view; no outer indices merged).
+        std::int64_t ostride = 0;
+        /// Tiles: distance between consecutive rows (cols for a whole tensor, else ostride).
+        std::int64_t rstride = 0;
+
+        /// The whole [o, c, i] tensor, or (os > c * i) channels [c0, c0 + c) of a tensor with
+        /// os / i channels, the caller's pointers already advanced by c0 * i.
+        geometry(std::int64_t o, std::int64_t c, std::int64_t i, std::int64_t os = -1)
+            : outer(o), C(c), inner(i), numel(o * c * i), ostride(os < 0 ? c * i : os)
         {
             if (numel <= 0) // nothing to walk (callers return before using the geometry)
                 return;
@@ -100,7 +109,7 @@ namespace xgrad::cpu::bn_detail
             if (tiles)
             {
                 const std::int64_t ci = C * inner;
-                if (ci < min_cols)
+                if (ci < min_cols && ostride == ci)
                 {
                     // A multiple of 8 columns (whole AVX2 float batches) when that is cheap.
                     const std::int64_t l = std::lcm(ci, std::int64_t{8});
@@ -108,6 +117,7 @@ namespace xgrad::cpu::bn_detail
                     merge = base * ((min_cols + base * ci - 1) / (base * ci));
                 }
                 cols = merge * ci;
+                rstride = ostride == ci ? cols : ostride;
                 groups = cols / inner;
                 full_rows = outer / merge;
                 tail_cols = (outer % merge) * ci;

@@ -101,7 +101,10 @@ namespace xgrad::cpu::simd
     /// (coef_stride 1, coef_row_stride 0: the tile shape) or one value per row (coef_stride 0,
     /// coef_row_stride 1: the run shape, a row being a channel's segment). Evaluated as
     /// fma(cA, a - mA, fma(cG, g - mG, fma(cX, x - mX, cK))), the same for every element
-    /// whatever its position in a batch.
+    /// whatever its position in a batch. relu: the result r is stored as (r < 0 ? 0 : r) (NaN
+    /// kept). stream: whole batches at batch-aligned addresses are stored with non-temporal
+    /// stores (for outputs larger than the cache: no read for ownership, no eviction of the
+    /// inputs), followed by a store fence.
     template <class T>
     struct bn_affine
     {
@@ -112,6 +115,7 @@ namespace xgrad::cpu::simd
         const T* coef[7];
         std::int64_t coef_stride, coef_row_stride;
         std::int64_t nrows, n, stride;
+        bool relu, stream;
     };
 
     struct bn_tile_fn

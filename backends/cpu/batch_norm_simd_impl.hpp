@@ -11,8 +11,11 @@
 // overlaps the previous one (reductions mask off the lanes already counted; elementwise
 // outputs recompute them identically), so the same vector code computes every element; only
 // rows shorter than one batch go through a padded batch.
+#include <cstdint>
 #include <type_traits>
 #include <utility>
+
+#include <immintrin.h>
 
 #include "backends/cpu/batch_norm_simd.hpp"
 
@@ -70,6 +73,26 @@ namespace xgrad::cpu::simd
                 for (std::int64_t j = 0; j < rem; ++j)
                     p[j] = buf[j];
             }
+        }
+
+        /// A full batch stored at p with a non-temporal store when p is batch-aligned (else an
+        /// ordinary store).
+        template <class Arch, class T>
+        void store_stream(T* p, const batch<Arch, T>& v) noexcept
+        {
+            constexpr std::size_t bytes = sizeof(T) * static_cast<std::size_t>(lanes<Arch, T>);
+            if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
+                return v.store_unaligned(p);
+            if constexpr (bytes == 32 && std::is_same_v<T, float>)
+                _mm256_stream_ps(p, v);
+            else if constexpr (bytes == 32)
+                _mm256_stream_pd(p, v);
+            else if constexpr (bytes == 16 && std::is_same_v<T, float>)
+                _mm_stream_ps(p, v);
+            else if constexpr (bytes == 16)
+                _mm_stream_pd(p, v);
+            else
+                v.store_unaligned(p);
         }
 
         /// The lanes of s combined pairwise (lane j with lane j + half, halving): log2(lanes)
@@ -391,6 +414,8 @@ namespace xgrad::cpu::simd
                                    B(load<Arch, T, Tail>(p.a + o + i, rem) - c[1].template at<Tail>(i, rem)), r);
                 return r;
             };
+            const B zero(T(0));
+            auto finish = [&](const B& r) { return p.relu ? xsimd::select(r < zero, zero, r) : r; };
             const std::int64_t full = p.n / w * w, rem = p.n - full;
             for (std::int64_t row = 0; row < p.nrows; ++row)
             {
@@ -399,15 +424,21 @@ namespace xgrad::cpu::simd
                     c[q] = C{p.coef[q] + co, PerElem ? B(T(0)) : B(p.coef[q][co])};
                 if (p.n < w)
                 {
-                    store<Arch, T, true>(p.out + o, eval(std::true_type{}, o, 0, p.n), p.n);
+                    store<Arch, T, true>(p.out + o, finish(eval(std::true_type{}, o, 0, p.n)), p.n);
                     continue;
                 }
-                const B last = eval(std::false_type{}, o, rem ? p.n - w : 0, 0);
-                for (std::int64_t i = 0; i < full; i += w)
-                    store<Arch, T, false>(p.out + o + i, eval(std::false_type{}, o, i, 0), 0);
+                const B last = finish(eval(std::false_type{}, o, rem ? p.n - w : 0, 0));
+                if (p.stream)
+                    for (std::int64_t i = 0; i < full; i += w)
+                        store_stream<Arch, T>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)));
+                else
+                    for (std::int64_t i = 0; i < full; i += w)
+                        store<Arch, T, false>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)), 0);
                 if (rem)
                     store<Arch, T, false>(p.out + o + p.n - w, last, 0);
             }
+            if (p.stream)
+                _mm_sfence(); // the streamed stores are visible before the caller's join
         }
 
         template <bool HA, bool HG, bool HX, class Arch, class T>
