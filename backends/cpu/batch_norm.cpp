@@ -30,6 +30,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <emmintrin.h> // _mm_sfence
+
 #include "backends/cpu/batch_norm_convert.hpp"
 #include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/batch_norm_plan.hpp"
@@ -232,6 +234,20 @@ namespace xgrad::cpu
             const operands<T, S> in{need_x ? x : nullptr, need_g ? g : nullptr, need_a ? a : nullptr, nullptr, f16c,
                                     need_g ? y : nullptr};
             const std::int64_t C = geo.C;
+            // Streaming only pays when whole cache lines are written: rows (runs: segments;
+            // tiles: the columns of an item) a multiple of 64 bytes long and apart.
+            const auto line = [](std::int64_t elems) { return elems * static_cast<std::int64_t>(sizeof(T)) % 64 == 0; };
+            const bool lines = geo.tiles ? line(geo.rstride) && line(geo.cb) && line(geo.cols)
+                                         : line(geo.inner) && (geo.chunks == 1 || line(geo.chunk_len));
+            bool streaming = false;
+            for (int o = 0; o < nouts; ++o)
+                streaming |= outs[o].stream && lines && !in.staged();
+            // Non-temporal stores are weakly ordered: fence them before the chunk ends (the
+            // thread pool's join then publishes them).
+            const auto fence = [streaming] {
+                if (streaming)
+                    _mm_sfence();
+            };
             auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
                             std::int64_t rows, std::int64_t n, std::int64_t stride, const S* pa, const S* pg,
                             const S* px, const S* const* coef, std::int64_t coef_stride, std::int64_t coef_row_stride) {
@@ -254,7 +270,7 @@ namespace xgrad::cpu
                 p.n = n;
                 p.stride = pstride;
                 p.relu = o.relu;
-                p.stream = o.stream && !out.staged();
+                p.stream = streaming && o.stream;
                 simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S>*>(&p));
                 out.finish(scr, offset, rows, n, stride);
             };
@@ -296,6 +312,7 @@ namespace xgrad::cpu
                                              call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, coef[o], 1, 0);
                                      }
                                  }
+                                 fence();
                              });
                 return;
             }
@@ -305,23 +322,25 @@ namespace xgrad::cpu
                              for (std::int64_t item = begin; item < end; ++item)
                              {
                                  const auto b = geo.run_block(item);
-                                 for (std::int64_t o = 0; o < b.no; ++o)
+                                 for (std::int64_t ci = 0; ci < b.nc; ++ci)
                                  {
-                                     // The nc segments of one outer index: rows with one coefficient each.
-                                     const std::int64_t off = (b.o0 + o) * geo.ostride + b.c0 * geo.inner + b.i0;
+                                     // The no segments of one channel (one row per outer index, all
+                                     // with the channel's coefficients): one call, not one per segment.
+                                     const std::int64_t off = b.o0 * geo.ostride + (b.c0 + ci) * geo.inner + b.i0;
                                      const S *px, *pg, *pa;
                                      S* unused_out;
                                      std::int64_t pstride;
-                                     in.begin(scr, off, b.nc, b.n, geo.inner, px, pg, pa, unused_out, pstride);
+                                     in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, pstride);
                                      for (int q = 0; q < nouts; ++q)
                                      {
                                          const S* coef[7];
                                          for (int k = 0; k < 7; ++k)
-                                             coef[k] = outs[q].coef + k * C + b.c0;
-                                         call(outs[q], scr, off, b.nc, b.n, geo.inner, pa, pg, px, coef, 0, 1);
+                                             coef[k] = outs[q].coef + k * C + b.c0 + ci;
+                                         call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, coef, 0, 0);
                                      }
                                  }
                              }
+                             fence();
                          });
         }
 
@@ -357,35 +376,50 @@ namespace xgrad::cpu
 
     namespace
     {
-        /// Bytes of x-like tensors that a one-read kernel keeps resident per channel block: half
-        /// of the 32 MiB last-level cache of the machines this is tuned on, leaving room for the
-        /// rest of the traffic. A fixed value, not a cache-size query, so that the blocks (and
-        /// with them the summation order) depend on the shape alone; tests lower it.
-        std::atomic<std::int64_t> resident_budget_bytes{std::int64_t{16} << 20};
+        /// Bytes of x-like tensors that the one-read kernels keep resident in the cache at a time.
+        /// Measured on the shared 2-core machines this is tuned on (32 MiB L3 on paper): data
+        /// read twice comes back at cache speed up to about 4 MiB and at DRAM speed from about
+        /// 16 MiB, the rest of the L3 being taken by other tenants. A fixed value, not a
+        /// cache-size query, so that the blocks (and with them the summation order) depend on
+        /// the shape alone; tests lower it.
+        std::atomic<std::int64_t> resident_budget_bytes{std::int64_t{4} << 20};
 
         /// Channel blocks of an [outer, C, inner] tensor for a kernel that reads `tensors`
         /// x-like tensors of `elem` bytes per element twice (a reduction, then an elementwise
-        /// pass): f(c0, geometry of the block) for each block, in order. One block, the whole
-        /// tensor, when everything fits resident_budget; else blocks of nc channels that fit it
-        /// (at least one channel), in channels-last rows a whole number of 64-byte cache lines
-        /// wide, so that DRAM is read once: the reduction brings a block into the cache and the
-        /// elementwise pass finds it there.
+        /// pass): f(c0, geometry of the block) once per block. The reduction brings a block into
+        /// the cache and the elementwise pass finds it there, so DRAM is read once. Chosen by
+        /// the shape alone (the blocks decide the summation order, which must not depend on the
+        /// thread count):
+        /// - private blocks of about budget / 8 bytes (at most budget / 4), when there are at
+        ///   least 4 of them: whole blocks are shared out among the threads, so each thread
+        ///   keeps its own block in the cache and the threads never wait for each other inside
+        ///   a block (f's own parallel_for calls run inline). In channels-last rows a block is a
+        ///   whole number of 64-byte cache lines wide (`unit` channels), so that no line is read
+        ///   by two blocks.
+        /// - else the whole tensor as one block, walked by all threads: read once when it fits
+        ///   the budget, else twice (channels-last tensors whose narrowest line-aligned block of
+        ///   channels is larger than the cache cannot do better: a channel's sums need all of
+        ///   its rows before its first output).
         template <class F>
         void for_channel_blocks(std::int64_t outer, std::int64_t C, std::int64_t inner, std::int64_t elem,
                                 std::int64_t tensors, F&& f)
         {
-            const std::int64_t per_channel = outer * inner * elem * tensors, budget = resident_budget_bytes.load();
-            if (per_channel * C <= budget)
+            const std::int64_t per_channel = std::max<std::int64_t>(1, outer * inner * elem * tensors);
+            const std::int64_t budget = resident_budget_bytes.load();
+            // Channels-last rows: whole cache lines. Channels-first: contiguous runs of at least
+            // 2 KiB per outer index (shorter runs scattered over many pages starve the hardware
+            // prefetchers).
+            const std::int64_t unit = inner < bn_detail::run_min_inner
+                                          ? 64 / std::gcd(inner * elem, std::int64_t{64})
+                                          : (2048 + inner * elem - 1) / (inner * elem);
+            const std::int64_t pc = std::min(C, std::max(unit, budget / 8 / per_channel / unit * unit));
+            const std::int64_t blocks = (C + pc - 1) / pc;
+            if (blocks < 4 || pc * per_channel > budget / 4)
                 return f(std::int64_t{0}, geometry(outer, C, inner));
-            std::int64_t nc = std::max<std::int64_t>(1, budget / per_channel);
-            if (inner < bn_detail::run_min_inner)
-            {
-                const std::int64_t unit = 64 / std::gcd(inner * elem, std::int64_t{64});
-                nc = std::max(unit, nc / unit * unit);
-            }
-            nc = std::min(nc, C);
-            for (std::int64_t c0 = 0; c0 < C; c0 += nc)
-                f(c0, geometry(outer, std::min(nc, C - c0), inner, C * inner));
+            parallel_for(0, blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+                for (std::int64_t b = b0; b < b1; ++b)
+                    f(b * pc, geometry(outer, std::min(pc, C - b * pc), inner, C * inner));
+            });
         }
 
         /// Whether an elementwise output bypasses the cache (non-temporal stores): when the

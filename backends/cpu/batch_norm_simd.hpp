@@ -104,7 +104,8 @@ namespace xgrad::cpu::simd
     /// whatever its position in a batch. relu: the result r is stored as (r < 0 ? 0 : r) (NaN
     /// kept). stream: whole batches at batch-aligned addresses are stored with non-temporal
     /// stores (for outputs larger than the cache: no read for ownership, no eviction of the
-    /// inputs), followed by a store fence.
+    /// inputs); the caller issues the store fence (_mm_sfence) once its calls are done, before
+    /// the data is handed to another thread.
     template <class T>
     struct bn_affine
     {

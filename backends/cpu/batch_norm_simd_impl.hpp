@@ -437,8 +437,6 @@ namespace xgrad::cpu::simd
                 if (rem)
                     store<Arch, T, false>(p.out + o + p.n - w, last, 0);
             }
-            if (p.stream)
-                _mm_sfence(); // the streamed stores are visible before the caller's join
         }
 
         template <bool HA, bool HG, bool HX, class Arch, class T>
