@@ -1,11 +1,14 @@
-// The fused batch-norm ops against their composite formulas, and their derivatives of the
-// first three orders against finite differences in float64, in every format and both modes.
+// The fused batch-norm ops (and their ReLU-fused variants) against their composite formulas,
+// and their derivatives of the first three orders against finite differences in float64, in
+// every format and both modes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "check_error.hpp"
 #include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -83,6 +86,17 @@ namespace
                                         zeros({0}, scale.dtype()), t);
         return {f.reserve_space_1, f.reserve_space_2};
     }
+
+    /// The batch mean and biased variance of x computed with xgrad's ops: differentiable
+    /// functions of x (section 3.4), for autograd oracles of the total derivative.
+    std::pair<tensor, tensor> differentiable_stats(const tensor& x, const bn_case& c)
+    {
+        axes_type axes;
+        for (std::int64_t d = 0; d < x.dim(); ++d)
+            if (d != c.channel_dim)
+                axes.push_back(d);
+        return {reshape(mean(x, axes), {channels(c)}), reshape(mean(square(x - mean(x, axes, true)), axes), {channels(c)})};
+    }
 }
 
 TEST_CASE("fused gradient equals the composite formula (all formats, both modes, float32/float64)")
@@ -128,17 +142,7 @@ TEST_CASE("fused second-order op equals its composite formula and autograd of th
             // with the statistics recomputed from x in training (the total derivative).
             const tensor dy = in.dy.detach().requires_grad_(), x = in.x.detach().requires_grad_(),
                          s = in.scale.detach().requires_grad_();
-            tensor srs1 = rs1, srs2 = rs2;
-            if (training)
-            {
-                const std::int64_t C = channels(c);
-                axes_type axes;
-                for (std::int64_t d = 0; d < x.dim(); ++d)
-                    if (d != c.channel_dim)
-                        axes.push_back(d);
-                srs1 = reshape(mean(x, axes), {C});
-                srs2 = reshape(mean(square(x - mean(x, axes, true)), axes), {C});
-            }
+            const auto [srs1, srs2] = training ? differentiable_stats(x, c) : std::pair{rs1, rs2};
             const auto first = batch_norm_grad_composite(dy, x, s, srs1, srs2, at);
             const auto g = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, {dy, x, s},
                                 {in.A, in.a, in.b});
@@ -465,4 +469,121 @@ TEST_CASE("the contract's large shapes: [27, 131, 127, 6] and the empty [0, 131,
     CHECK(e.y.shape() == shape_type{0, 131, 127, 6});
     for (double v : to_vector(e.batch_mean))
         CHECK(std::isnan(v));
+}
+
+// --- batch norm + ReLU, fused (docs/batch_norm.md, section 1.8) --------------------------------
+
+namespace
+{
+    /// where(y > 0, dy, 0): ReLU's backward, the cotangent the fused ReLU gradient works with.
+    tensor relu_masked(const tensor& dy, const tensor& y)
+    {
+        return where(gt(y, scalar_like(y, 0.0)), dy, scalar_like(dy, 0.0));
+    }
+
+    /// An x-like result against its oracle: float64 and float32 as above. 16-bit: both sides
+    /// compute in float32 or wider, where they agree to 1e-5 of the tensor's magnitude (the
+    /// float32 bound above), then each rounds once to dt (half a unit in the last place each),
+    /// so |got - want| <= ulp |want| + 1e-5 max(1, max |want|).
+    void check_io_close(const tensor& got, const tensor& want, dtype dt)
+    {
+        if (dt == dtype::float64 || dt == dtype::float32)
+            return check_close(got, want, dt == dtype::float64 ? 1e-12 : 1e-5);
+        const auto g = to_vector(got), w = to_vector(want);
+        REQUIRE(g.size() == w.size());
+        double mag = 1;
+        for (double v : w)
+            mag = std::max(mag, std::abs(v));
+        const double ulp = dt == dtype::float16 ? 0x1p-10 : 0x1p-7;
+        for (std::size_t i = 0; i < g.size(); ++i)
+            CHECK(std::abs(g[i] - w[i]) <= ulp * std::abs(w[i]) + 1e-5 * mag);
+    }
+}
+
+TEST_CASE("fused batch norm + ReLU: relu of the forward, and the composite gradient at the masked cotangent")
+{
+    for (const auto& c : formats)
+        for (bool training : {true, false})
+            for (dtype dt : {dtype::float64, dtype::float32, dtype::float16, dtype::bfloat16})
+            {
+                INFO(c.format << (training ? " training " : " inference ") << name(dt));
+                const inputs in = make_inputs(c, dt, 12);
+                const batch_norm_attrs at = attrs_for(c, training);
+                const auto fr = fused_batch_norm_relu(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
+                const auto f = fused_batch_norm(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
+                CHECK(fr.y.dtype() == dt);
+                check_io_close(fr.y, relu(f.y), dt);
+                const double stol = dt == dtype::float64 ? 1e-12 : 1e-5; // per-channel: float64 or float32
+                for (const auto& [got, want] : {std::pair{fr.reserve_space_1, f.reserve_space_1},
+                                                {fr.reserve_space_2, f.reserve_space_2},
+                                                {fr.batch_mean, f.batch_mean}, {fr.batch_variance, f.batch_variance}})
+                    check_close(got, want, stol);
+                const tensor rs1 = training ? fr.reserve_space_1 : in.pop_mean;
+                const tensor rs2 = training ? fr.reserve_space_2 : in.pop_var;
+                const auto g = fused_batch_norm_relu_grad(in.dy, in.x, fr.y, in.scale, rs1, rs2, at);
+                const auto want = batch_norm_grad_composite(relu_masked(in.dy, fr.y), in.x, in.scale, rs1, rs2, at);
+                CHECK(g.x_backprop.dtype() == dt);
+                check_io_close(g.x_backprop, want.x_backprop, dt);
+                check_close(g.scale_backprop, want.scale_backprop, stol);
+                check_close(g.offset_backprop, want.offset_backprop, stol);
+            }
+}
+
+TEST_CASE("fused batch norm + ReLU: autograd chain; second order equals autograd of the masked composite")
+{
+    for (const auto& c : formats)
+        for (bool training : {true, false})
+        {
+            INFO(c.format << (training ? " training" : " inference"));
+            const inputs in = make_inputs(c, dtype::float64, 13);
+            const batch_norm_attrs at = attrs_for(c, training);
+            const args l = leaves({in.dy, in.x, in.scale, in.offset});
+            const auto fr = fused_batch_norm_relu(l[1], l[2], l[3], in.pop_mean, in.pop_var, at);
+            REQUIRE(fr.y.grad_fn());
+            CHECK(fr.y.grad_fn()->name() == "fused_batch_norm_relu");
+            // First order: the node's backward is the fused ReLU gradient, itself recorded.
+            const auto g1 = grad({fr.y}, {l[1], l[2], l[3]}, {l[0]}, true, true);
+            const tensor rs1 = training ? fr.reserve_space_1 : in.pop_mean;
+            const tensor rs2 = training ? fr.reserve_space_2 : in.pop_var;
+            const auto direct = fused_batch_norm_relu_grad(in.dy, in.x, fr.y.detach(), in.scale, rs1, rs2, at);
+            check_close(g1[0], direct.x_backprop, 1e-14);
+            check_close(g1[1], direct.scale_backprop, 1e-14);
+            check_close(g1[2], direct.offset_backprop, 1e-14);
+            REQUIRE(g1[0].grad_fn());
+            CHECK(g1[0].grad_fn()->name() == "fused_batch_norm_relu_grad");
+            // Second order w.r.t. (dy, x, scale), against autograd of the composite gradient at
+            // the masked dy (mask constant), with the statistics as functions of x in training.
+            const auto g2 = grad({g1[0], g1[1], g1[2]}, {l[0], l[1], l[2]}, {in.A, in.a, in.b});
+            const args o = leaves({in.dy, in.x, in.scale});
+            const auto [srs1, srs2] = training ? differentiable_stats(o[1], c) : std::pair{in.pop_mean, in.pop_var};
+            const auto first = batch_norm_grad_composite(relu_masked(o[0], fr.y.detach()), o[1], o[2], srs1, srs2, at);
+            const auto want = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, o, {in.A, in.a, in.b});
+            for (std::size_t k = 0; k < 3; ++k)
+                check_close(g2[k], want[k], 1e-10);
+        }
+}
+
+TEST_CASE("fused batch norm + ReLU: errors name the op and the argument; NaN stays NaN")
+{
+    const inputs in = make_inputs(formats[0], dtype::float32, 15); // NHWC [2, 3, 2, 5]
+    const batch_norm_attrs at = attrs_for(formats[0], true);
+    CHECK_ERROR(fused_batch_norm_relu(in.x, ones({4}), in.offset, in.pop_mean, in.pop_var, at), xgrad::invalid_argument,
+                "fused_batch_norm_relu: scale must have the same number of elements as the channels of x, got 4 and 5");
+    const auto fr = fused_batch_norm_relu(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
+    const tensor m = fr.reserve_space_1, v = fr.reserve_space_2;
+    CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, fr.y.to(dtype::float64), in.scale, m, v, at),
+                xgrad::invalid_argument, "fused_batch_norm_relu_grad: y must have x's shape [2, 3, 2, 5] and dtype float32",
+                "got [2, 3, 2, 5] float64");
+    CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, fr.y.slice(0, 0, 1), in.scale, m, v, at),
+                xgrad::invalid_argument, "fused_batch_norm_relu_grad: y must have x's shape", "got [1, 3, 2, 5]");
+    CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, tensor(), in.scale, m, v, at), xgrad::invalid_argument,
+                "fused_batch_norm_relu_grad: y must have", "(undefined)");
+    CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, fr.y, in.scale, m, ones({2}), at), xgrad::invalid_argument,
+                "fused_batch_norm_relu_grad: reserve_space_2 must have the same number of elements");
+    std::vector<double> xv = to_vector(in.x);
+    xv[0] = std::nan("");
+    const tensor xn = from_host(xv.data(), in.x.shape(), dtype::float64).to(dtype::float32);
+    for (bool training : {true, false}) // max(NaN, 0) is NaN
+        CHECK(std::isnan(to_vector(fused_batch_norm_relu(xn, in.scale, in.offset, in.pop_mean, in.pop_var,
+                                                         attrs_for(formats[0], training)).y)[0]));
 }

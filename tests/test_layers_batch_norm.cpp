@@ -1,8 +1,8 @@
 // The batch-norm layers (xgrad::nn): batch_norm2d and batch_norm3d (running statistics,
 // training and eval formulas, layouts, options, state dicts, errors, gradients) against hand
-// computations in double, and gradients of the first two orders through a layer against
-// finite differences in float64. The module base is tested in test_layers_module.cpp (same
-// executable, test_layers).
+// computations in double, gradients of the first two orders through a layer against finite
+// differences in float64, and the ReLU fusion (forward_relu, and in nn::sequential). The
+// module base is tested in test_layers_module.cpp (same executable, test_layers).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -456,4 +456,110 @@ TEST_CASE("batch_norm: gradcheck and gradgradcheck through the layer (float64, t
             CHECK_MESSAGE(g2.ok, g2.message);
         }
     }
+}
+
+TEST_CASE("batch_norm: forward_relu is relu(forward) (outputs, gradients, running statistics)")
+{
+    generator gen(13);
+    for (const char* format : {"NHWC", "NCDHW"})
+    {
+        INFO(format);
+        nn::batch_norm_options o(3);
+        o.dtype = dtype::float64;
+        o.data_format = format;
+        const bool is3d = std::string(format).size() == 5;
+        auto make = [&]() -> std::unique_ptr<nn::batch_norm_base> {
+            if (is3d)
+                return std::make_unique<nn::batch_norm3d>(o);
+            return std::make_unique<nn::batch_norm2d>(o);
+        };
+        const auto fused = make(), plain = make();
+        randomise_affine(*fused, gen);
+        plain->load_state_dict(fused->state_dict());
+        const shape_type shape = is3d ? shape_type{2, 3, 2, 2, 3} : shape_type{2, 3, 4, 3};
+        for (int step = 0; step < 4; ++step)
+        {
+            const bool training = step < 3;
+            INFO("step " << step);
+            fused->train(training);
+            plain->train(training);
+            const tensor x = (randn(shape, gen, dtype::float64) * 2.0 + 0.3).requires_grad_();
+            const tensor w = randn(shape, gen, dtype::float64);
+            const tensor y1 = fused->forward_relu(x), y2 = relu(plain->forward(x));
+            CHECK(y1.grad_fn()->name() == "fused_batch_norm_relu");
+            check_close(y1, y2, 1e-12);
+            const auto g1 = grad({sum(y1 * w)}, {x, fused->scale(), fused->offset()});
+            const auto g2 = grad({sum(y2 * w)}, {x, plain->scale(), plain->offset()});
+            for (std::size_t k = 0; k < 3; ++k)
+                check_close(g1[k], g2[k], 1e-12);
+            check_close(fused->running_mean(), plain->running_mean(), 1e-12);
+            check_close(fused->running_var(), plain->running_var(), 1e-12);
+            CHECK(fused->num_batches_tracked().item<std::int64_t>() == plain->num_batches_tracked().item<std::int64_t>());
+        }
+        CHECK_ERROR(fused->forward_relu(randn({2, 2, 2, 2}, gen, dtype::float64)), xgrad::invalid_argument,
+                    is3d ? "batch_norm3d" : "batch_norm2d", "[2, 2, 2, 2]");
+    }
+}
+
+TEST_CASE("sequential fuses batch_norm2d + relu: same outputs, gradients, running statistics, state and description")
+{
+    generator gen(14);
+    auto bn = [](std::int64_t c) {
+        nn::batch_norm_options o(c);
+        o.dtype = dtype::float64;
+        return std::make_shared<nn::batch_norm2d>(o);
+    };
+    nn::sequential seq;
+    const auto bn1 = seq.add("bn1", bn(3));
+    seq.add("relu1", std::make_shared<nn::relu>());
+    const auto bn2 = seq.add("bn2", bn(3));
+    seq.add("relu2", std::make_shared<nn::relu>());
+    const auto bn3 = seq.add("bn3", bn(3)); // not followed by a relu: not fused
+    for (const auto& b : {bn1, bn2, bn3})
+        randomise_affine(*b, gen);
+    // The same layers called one by one.
+    const auto s1 = bn(3), s2 = bn(3), s3 = bn(3);
+    s1->load_state_dict(bn1->state_dict());
+    s2->load_state_dict(bn2->state_dict());
+    s3->load_state_dict(bn3->state_dict());
+    nn::relu act;
+    const std::vector<std::string> keys = names_of(seq.named_parameters());
+    for (int step = 0; step < 4; ++step)
+    {
+        const bool training = step < 3;
+        INFO("step " << step);
+        seq.train(training);
+        for (const auto& s : {s1, s2, s3})
+            s->train(training);
+        const tensor x = (randn({2, 3, 3, 2}, gen, dtype::float64) * 1.5 + 0.2).requires_grad_();
+        const tensor w = randn({2, 3, 3, 2}, gen, dtype::float64);
+        const tensor h = seq(x);
+        CHECK(h.grad_fn()->name() == "fused_batch_norm"); // bn3
+        const tensor want = s3->forward(act(s2->forward(act(s1->forward(x)))));
+        check_close(h, want, 1e-12);
+        std::vector<tensor> wrt1 = {x}, wrt2 = {x};
+        for (const auto& [b, s] : {std::pair{bn1, s1}, {bn2, s2}, {bn3, s3}})
+        {
+            wrt1.insert(wrt1.end(), {b->scale(), b->offset()});
+            wrt2.insert(wrt2.end(), {s->scale(), s->offset()});
+        }
+        const auto g1 = grad({sum(h * w)}, wrt1), g2 = grad({sum(want * w)}, wrt2);
+        for (std::size_t k = 0; k < g1.size(); ++k)
+            check_close(g1[k], g2[k], 1e-12);
+        for (const auto& [b, s] : {std::pair{bn1, s1}, {bn2, s2}, {bn3, s3}})
+            for (const auto& [n, t] : s->state_dict())
+                check_close(b->state_dict().at(n), t, 1e-12);
+    }
+    // A relu child is fused into the batch norm before it: the output's node is the fused op.
+    nn::sequential pair;
+    pair.add("bn", bn(3));
+    pair.add("relu", std::make_shared<nn::relu>());
+    CHECK(pair(randn({2, 3, 2, 2}, gen, dtype::float64)).grad_fn()->name() == "fused_batch_norm_relu");
+    // Nothing about the model changes: parameters, state dict and description.
+    CHECK(names_of(seq.named_parameters()) == keys);
+    CHECK(seq.state_dict().size() == 3 * 5);
+    CHECK(seq.describe() == "sequential(\n  (bn1): " + bn1->describe() + "\n  (relu1): relu\n  (bn2): " +
+                                bn2->describe() + "\n  (relu2): relu\n  (bn3): " + bn3->describe() + "\n)");
+    CHECK_ERROR(seq(randn({2, 4, 3, 2}, gen, dtype::float64)), xgrad::invalid_argument, "sequential: in 'bn1'",
+                "batch_norm2d", "3 channels");
 }

@@ -6,6 +6,15 @@
 
 namespace xgrad::cpu
 {
+    std::int64_t bn_set_resident_budget(std::int64_t bytes) noexcept
+    {
+        // The reference kernels do not block; the value is only kept for the tests' guard.
+        static std::int64_t budget = std::int64_t{4} << 20;
+        const std::int64_t old = budget;
+        budget = bytes;
+        return old;
+    }
+
     void bn_moments(void* mean, void* var, const void* x, dtype xdt, std::int64_t outer, std::int64_t C,
                     std::int64_t inner)
     {
@@ -13,9 +22,16 @@ namespace xgrad::cpu
     }
 
     void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                      const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+                      const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
+                      std::int64_t inner)
     {
-        reference::bn_normalize(y, x, scale, offset, mean, var, eps, xdt, outer, C, inner);
+        reference::bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
+    }
+
+    void bn_forward_training(void* y, void* mean, void* var, const void* x, const void* scale, const void* offset,
+                             double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        reference::bn_forward_training(y, mean, var, x, scale, offset, eps, relu, xdt, outer, C, inner);
     }
 
     void bn_grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* mean, dtype xdt,
@@ -31,11 +47,18 @@ namespace xgrad::cpu
         reference::bn_grad_apply(dx, dy, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
     }
 
-    void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* scale,
-                           const void* mean, const void* var, double eps, dtype xdt, std::int64_t outer,
-                           std::int64_t C, std::int64_t inner)
+    void bn_grad_training(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
+                          const void* scale, const void* mean, const void* var, double eps, dtype xdt,
+                          std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, scale, mean, var, eps, xdt, outer, C, inner);
+        reference::bn_grad_training(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C, inner);
+    }
+
+    void bn_grad_inference(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* y,
+                           const void* scale, const void* mean, const void* var, double eps, dtype xdt,
+                           std::int64_t outer, std::int64_t C, std::int64_t inner)
+    {
+        reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C, inner);
     }
 
     void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean,

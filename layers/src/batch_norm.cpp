@@ -1,5 +1,6 @@
 // batch_norm2d / batch_norm3d (see batch_norm.hpp): options, parameters and buffers around one
-// call of xgrad::fused_batch_norm. No backward is written here: the op's node differentiates y.
+// call of xgrad::fused_batch_norm (or fused_batch_norm_relu for forward_relu). No backward is
+// written here: the op's node differentiates y.
 #include "xgrad/layers/batch_norm.hpp"
 
 #include <cmath>
@@ -145,7 +146,11 @@ namespace xgrad::nn
         return s.str();
     }
 
-    tensor batch_norm_base::forward(const tensor& x)
+    tensor batch_norm_base::forward(const tensor& x) { return run(x, false); }
+
+    tensor batch_norm_base::forward_relu(const tensor& x) { return run(x, true); }
+
+    tensor batch_norm_base::run(const tensor& x, bool relu)
     {
         check_input(x);
         const bool track = m_options.track_running_stats;
@@ -172,7 +177,8 @@ namespace xgrad::nn
         const tensor mean = track ? running_mean() : m_no_stats;
         const tensor variance = track ? running_var() : m_no_stats;
 
-        const batch_norm_forward_result r = fused_batch_norm(x, sc, oc, mean, variance, attrs);
+        const batch_norm_forward_result r = relu ? fused_batch_norm_relu(x, sc, oc, mean, variance, attrs)
+                                                 : fused_batch_norm(x, sc, oc, mean, variance, attrs);
         if (update && values_per_channel > 0)
         {
             no_grad guard;

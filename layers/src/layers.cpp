@@ -5,6 +5,7 @@
 #include <string>
 
 #include "xgrad/layers/activation.hpp"
+#include "xgrad/layers/batch_norm.hpp"
 #include "xgrad/layers/conv.hpp"
 #include "xgrad/layers/init.hpp"
 #include "xgrad/layers/pool.hpp"
@@ -266,17 +267,38 @@ namespace xgrad::nn
 
     // --- sequential ---------------------------------------------------------------------------
 
+    namespace
+    {
+        /// m as a batch-norm layer whose forward is batch_norm_base's (batch_norm2d and
+        /// batch_norm3d are final), or null.
+        batch_norm_base* fused_relu_candidate(module& m)
+        {
+            if (auto* b2 = dynamic_cast<batch_norm2d*>(&m))
+                return b2;
+            return dynamic_cast<batch_norm3d*>(&m);
+        }
+    }
+
     tensor sequential::forward(const tensor& x)
     {
         const auto children = named_children();
         if (children.empty())
             fail("forward of an empty sequential");
         tensor y = x;
-        for (const auto& [n, c] : children)
+        for (std::size_t i = 0; i < children.size(); ++i)
         {
+            const auto& [n, c] = children[i];
             try
             {
-                y = c->forward(y);
+                // batch_norm2d/3d then relu: one fused op (the same result, see sequential.hpp).
+                batch_norm_base* bn = fused_relu_candidate(*c);
+                if (bn && i + 1 < children.size() && dynamic_cast<const relu*>(children[i + 1].second.get()))
+                {
+                    y = bn->forward_relu(y);
+                    ++i; // the relu child is applied
+                }
+                else
+                    y = c->forward(y);
             }
             catch (const std::invalid_argument& e) // xgrad::invalid_argument included
             {

@@ -5,6 +5,11 @@
 //   fused_batch_norm_grad_grad  --backward-->  the composite formula (batch_norm_composite.cpp),
 //   differentiated by the engine to any further order.
 //
+// The ReLU-fused pair joins that chain one step down:
+//
+//   fused_batch_norm_relu  --backward-->  fused_batch_norm_relu_grad  --backward-->
+//   fused_batch_norm_grad_grad at the masked y_backprop (d/dy_backprop masked again)
+//
 // Formulas and their derivation: docs/batch_norm.md. Argument checks: batch_norm_check.cpp.
 // Per-channel arithmetic on [C] vectors uses xgrad's ops (unrecorded); everything of x's size
 // goes through the backend's batch-norm kernels.
@@ -52,38 +57,36 @@ namespace xgrad
         }
     }
 
-    batch_norm_forward_result fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
-                                               const tensor& mean, const tensor& variance,
-                                               const batch_norm_attrs& attrs)
+    namespace
     {
-        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs);
-        const dtype sdt = detail::bn_stats_dtype(x.dtype());
-        const tensor xc = detail::raw_contiguous(x);
-        const tensor sc = detail::raw_contiguous(scale), oc = detail::raw_contiguous(offset);
-        const std::int64_t R = L.count();
-        batch_norm_forward_result out;
-        tensor y = detail::empty(x.shape(), x.dtype(), x.device());
+        /// The forward on validated arguments (both ops of section 1.2 / 1.8 of
+        /// docs/batch_norm.md); relu: the kernels apply max(y, 0) as they store y.
+        batch_norm_forward_result run_forward(const bn_layout& L, const tensor& x, const tensor& scale,
+                                              const tensor& offset, const tensor& mean, const tensor& variance,
+                                              const batch_norm_attrs& attrs, bool relu)
         {
+            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            const tensor xc = detail::raw_contiguous(x);
+            const tensor sc = detail::raw_contiguous(scale), oc = detail::raw_contiguous(offset);
+            const std::int64_t R = L.count();
+            const double nan = std::numeric_limits<double>::quiet_NaN();
+            batch_norm_forward_result out;
+            out.y = detail::empty(x.shape(), x.dtype(), x.device());
             no_grad guard; // per-channel bookkeeping below is not part of the graph
             if (attrs.is_training)
             {
-                tensor m = detail::empty({L.C}, sdt, x.device()), v = detail::empty({L.C}, sdt, x.device());
-                if (R > 0)
-                    bn_kernels(x).bn_moments(m.data_ptr(), v.data_ptr(), xc.data_ptr(), x.dtype(), L.outer, L.C, L.inner);
-                else
-                {
-                    m = zeros({L.C}, sdt, x.device());
-                    v = zeros({L.C}, sdt, x.device());
-                }
-                if (R > 0)
-                    bn_kernels(x).bn_normalize(y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), m.data_ptr(),
-                                            v.data_ptr(), attrs.epsilon, false, x.dtype(), L.outer, L.C, L.inner);
+                // Empty x: zero reserve spaces (the kernel is not called).
+                tensor m = R > 0 ? detail::empty({L.C}, sdt, x.device()) : zeros({L.C}, sdt, x.device());
+                tensor v = R > 0 ? detail::empty({L.C}, sdt, x.device()) : zeros({L.C}, sdt, x.device());
+                if (R > 0) // moments and normalisation, x read from memory once where it fits
+                    bn_kernels(x).bn_forward_training(out.y.data_ptr(), m.data_ptr(), v.data_ptr(), xc.data_ptr(),
+                                                      sc.data_ptr(), oc.data_ptr(), attrs.epsilon, relu, x.dtype(),
+                                                      L.outer, L.C, L.inner);
                 // Running statistics with Bessel's correction k = R / max(R - 1, 1).
                 const double k = static_cast<double>(R) / static_cast<double>(std::max<std::int64_t>(R - 1, 1));
                 const double f = attrs.exponential_avg_factor;
                 if (R == 0)
                 {
-                    const double nan = std::numeric_limits<double>::quiet_NaN();
                     out.batch_mean = full({L.C}, nan, sdt, x.device());
                     out.batch_variance = full({L.C}, nan, sdt, x.device());
                 }
@@ -100,32 +103,35 @@ namespace xgrad
                 out.reserve_space_1 = m;
                 out.reserve_space_2 = v;
             }
+            else if (R == 0)
+            {
+                out.batch_mean = full({L.C}, nan, sdt, x.device());
+                out.batch_variance = full({L.C}, nan, sdt, x.device());
+                out.reserve_space_1 = zeros({L.C}, sdt, x.device());
+                out.reserve_space_2 = zeros({L.C}, sdt, x.device());
+            }
             else
             {
                 const tensor mc = detail::raw_contiguous(mean), vc = detail::raw_contiguous(variance);
-                if (R > 0)
-                    bn_kernels(x).bn_normalize(y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), mc.data_ptr(),
-                                            vc.data_ptr(), attrs.epsilon, false, x.dtype(), L.outer, L.C, L.inner);
-                if (R == 0)
-                {
-                    const double nan = std::numeric_limits<double>::quiet_NaN();
-                    out.batch_mean = full({L.C}, nan, sdt, x.device());
-                    out.batch_variance = full({L.C}, nan, sdt, x.device());
-                    out.reserve_space_1 = zeros({L.C}, sdt, x.device());
-                    out.reserve_space_2 = zeros({L.C}, sdt, x.device());
-                }
-                else
-                {
-                    out.batch_mean = copy_of(mc);
-                    out.batch_variance = copy_of(vc);
-                    out.reserve_space_1 = copy_of(mc);
-                    out.reserve_space_2 = copy_of(vc);
-                }
+                bn_kernels(x).bn_normalize(out.y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), mc.data_ptr(),
+                                           vc.data_ptr(), attrs.epsilon, relu, x.dtype(), L.outer, L.C, L.inner);
+                out.batch_mean = copy_of(mc);
+                out.batch_variance = copy_of(vc);
+                out.reserve_space_1 = copy_of(mc);
+                out.reserve_space_2 = copy_of(vc);
             }
             out.reserve_space_3 = placeholder(sdt, x.device());
+            return out;
         }
-        out.y = y;
-        record("fused_batch_norm", {x, scale, offset}, {y},
+    }
+
+    batch_norm_forward_result fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
+                                               const tensor& mean, const tensor& variance,
+                                               const batch_norm_attrs& attrs)
+    {
+        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "FusedBatchNormV3");
+        batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, false);
+        record("fused_batch_norm", {x, scale, offset}, {out.y},
                [x, scale, rs1 = out.reserve_space_1, rs2 = out.reserve_space_2, attrs](function_node&,
                                                                                         const std::vector<tensor>& g) {
                    const batch_norm_grad_result r = fused_batch_norm_grad(g[0], x, scale, rs1, rs2, {}, attrs);
@@ -134,10 +140,28 @@ namespace xgrad
         return out;
     }
 
+    batch_norm_forward_result fused_batch_norm_relu(const tensor& x, const tensor& scale, const tensor& offset,
+                                                    const tensor& mean, const tensor& variance,
+                                                    const batch_norm_attrs& attrs)
+    {
+        const bn_layout L =
+            detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "fused_batch_norm_relu");
+        batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
+        // The backward needs y for ReLU's mask; saved without the output -> node -> output cycle.
+        record("fused_batch_norm_relu", {x, scale, offset}, {out.y},
+               [x, scale, ys = save_output(out.y), rs1 = out.reserve_space_1, rs2 = out.reserve_space_2,
+                attrs](function_node&, const std::vector<tensor>& g) {
+                   const batch_norm_grad_result r =
+                       fused_batch_norm_relu_grad(g[0], x, ys.m_data, scale, rs1, rs2, attrs);
+                   return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
+               });
+        return out;
+    }
+
     namespace
     {
-        // The two phases of the training-mode gradient on validated arguments; the public
-        // functions below and fused_batch_norm_grad validate once and call these.
+        // The two phases of the training-mode gradient on validated arguments, for the public
+        // two-phase API below (fused_batch_norm_grad runs both in one kernel call instead).
         batch_norm_grad_sums grad_reduce(const bn_layout& L, const tensor& y_backprop, const tensor& x,
                                          const tensor& reserve_space_1)
         {
@@ -213,6 +237,44 @@ namespace xgrad
         return grad_apply(L, y_backprop, x, scale, reserve_space_1, reserve_space_2, sums, count, attrs.epsilon);
     }
 
+    namespace
+    {
+        /// The gradient on validated arguments: one kernel call that forms the sums and
+        /// x_backprop together (bn_grad_training or bn_grad_inference). y: the output of
+        /// fused_batch_norm_relu, whose mask y > 0 the kernel applies to dy as it loads it, or
+        /// undefined.
+        batch_norm_grad_result fused_grad(const bn_layout& L, const tensor& y_backprop, const tensor& x, const tensor& y,
+                                          const tensor& scale, const tensor& reserve_space_1,
+                                          const tensor& reserve_space_2, const batch_norm_attrs& attrs)
+        {
+            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            no_grad guard;
+            batch_norm_grad_result r;
+            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+            r.placeholder_1 = placeholder(sdt, x.device());
+            r.placeholder_2 = placeholder(sdt, x.device());
+            if (L.count() == 0)
+            {
+                r.scale_backprop = zeros({L.C}, sdt, x.device());
+                r.offset_backprop = zeros({L.C}, sdt, x.device());
+                return r;
+            }
+            const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
+                         sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
+                         vc = detail::raw_contiguous(reserve_space_2);
+            const tensor yc = y.defined() ? detail::raw_contiguous(y) : tensor();
+            const tensor sum_dy = detail::empty({L.C}, sdt, x.device()), sum_dy_xc = detail::empty({L.C}, sdt, x.device());
+            const auto& k = bn_kernels(x);
+            (attrs.is_training ? k.bn_grad_training : k.bn_grad_inference)(
+                r.x_backprop.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(), dyc.data_ptr(), xc.data_ptr(),
+                y.defined() ? yc.data_ptr() : nullptr, sc.data_ptr(), mc.data_ptr(), vc.data_ptr(), attrs.epsilon,
+                x.dtype(), L.outer, L.C, L.inner);
+            r.scale_backprop = sum_dy_xc * inv_std(vc, attrs.epsilon);
+            r.offset_backprop = sum_dy;
+            return r;
+        }
+    }
+
     batch_norm_grad_result fused_batch_norm_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
                                                  const tensor& reserve_space_1, const tensor& reserve_space_2,
                                                  const tensor& reserve_space_3, const batch_norm_attrs& attrs,
@@ -222,45 +284,38 @@ namespace xgrad
         const char* op = version == batch_norm_grad_version::v2 ? "FusedBatchNormGradV2" : "FusedBatchNormGradV3";
         const bn_layout L =
             detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs, version, op);
-        const dtype sdt = detail::bn_stats_dtype(x.dtype());
-        batch_norm_grad_result r;
-        if (L.count() == 0)
-        {
-            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
-            r.scale_backprop = zeros({L.C}, sdt, x.device());
-            r.offset_backprop = zeros({L.C}, sdt, x.device());
-            r.placeholder_1 = placeholder(sdt, x.device());
-            r.placeholder_2 = placeholder(sdt, x.device());
-        }
-        else if (attrs.is_training)
-        {
-            // The two phases: per-channel sums, then the elementwise pass.
-            const batch_norm_grad_sums sums = grad_reduce(L, y_backprop, x, reserve_space_1);
-            r = grad_apply(L, y_backprop, x, scale, reserve_space_1, reserve_space_2, sums, L.count(), attrs.epsilon);
-        }
-        else
-        {
-            no_grad guard;
-            const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
-                         sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
-                         vc = detail::raw_contiguous(reserve_space_2);
-            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
-            const tensor sum_dy = detail::empty({L.C}, sdt, x.device()), sum_dy_xc = detail::empty({L.C}, sdt, x.device());
-            bn_kernels(x).bn_grad_inference(r.x_backprop.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(),
-                                         dyc.data_ptr(), xc.data_ptr(), nullptr, sc.data_ptr(), mc.data_ptr(),
-                                         vc.data_ptr(),
-                                         attrs.epsilon, x.dtype(), L.outer, L.C, L.inner);
-            r.scale_backprop = sum_dy_xc * inv_std(vc, attrs.epsilon);
-            r.offset_backprop = sum_dy;
-            r.placeholder_1 = placeholder(sdt, x.device());
-            r.placeholder_2 = placeholder(sdt, x.device());
-        }
+        batch_norm_grad_result r = fused_grad(L, y_backprop, x, tensor(), scale, reserve_space_1, reserve_space_2, attrs);
         record("fused_batch_norm_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
                [y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node&,
                                                                                const std::vector<tensor>& g) {
                    const batch_norm_grad_grad_result gg = fused_batch_norm_grad_grad(
                        g[0], g[1], g[2], y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs);
                    return std::vector<tensor>{gg.d_y_backprop, gg.d_x, gg.d_scale};
+               });
+        return r;
+    }
+
+    batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& y_backprop, const tensor& x, const tensor& y,
+                                                      const tensor& scale, const tensor& reserve_space_1,
+                                                      const tensor& reserve_space_2, const batch_norm_attrs& attrs)
+    {
+        const char* op = "fused_batch_norm_relu_grad";
+        const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                  batch_norm_grad_version::v3, op);
+        detail::check_bn_same(L, x, {{"y", y}}, {}, op);
+        batch_norm_grad_result r = fused_grad(L, y_backprop, x, y, scale, reserve_space_1, reserve_space_2, attrs);
+        // This op is fused_batch_norm_grad at g = where(y > 0, dy, 0). The mask is piecewise
+        // constant in x (zero derivative almost everywhere), so the vector-Jacobian product is
+        // fused_batch_norm_grad_grad at that g, with its d/dg masked by the chain rule through
+        // the where. Both are recorded ops, so this backward differentiates again.
+        record("fused_batch_norm_relu_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
+               [y_backprop, x, yd = y.detach(), scale, reserve_space_1, reserve_space_2,
+                attrs](function_node&, const std::vector<tensor>& g) {
+                   const tensor zero = scalar_like(yd, 0.0), mask = gt(yd, zero);
+                   const tensor g_masked = where(mask, y_backprop, zero);
+                   const batch_norm_grad_grad_result gg = fused_batch_norm_grad_grad(
+                       g[0], g[1], g[2], g_masked, x, scale, reserve_space_1, reserve_space_2, attrs);
+                   return std::vector<tensor>{where(mask, gg.d_y_backprop, zero), gg.d_x, gg.d_scale};
                });
         return r;
     }

@@ -197,9 +197,8 @@ namespace xgrad::detail
     }
 
     bn_layout check_bn_forward(const tensor& x, const tensor& scale, const tensor& offset, const tensor& mean,
-                               const tensor& variance, const batch_norm_attrs& attrs)
+                               const tensor& variance, const batch_norm_attrs& attrs, const char* op)
     {
-        const char* op = "FusedBatchNormV3";
         if (!x.defined())
             fail(op, "x must be a defined tensor");
         check_rank_4_or_5(x, "x", op);

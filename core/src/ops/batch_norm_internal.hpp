@@ -34,9 +34,10 @@ namespace xgrad::detail
     bn_layout check_bn_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
                             const tensor& reserve_space_1, const tensor& reserve_space_2, const batch_norm_attrs& attrs,
                             batch_norm_grad_version version, const char* op);
-    /// The checks of the forward op; returns x's layout.
+    /// The checks of the forward ops (fused_batch_norm as "FusedBatchNormV3", and
+    /// fused_batch_norm_relu), with `op` at the start of the messages; returns x's layout.
     bn_layout check_bn_forward(const tensor& x, const tensor& scale, const tensor& offset, const tensor& mean,
-                               const tensor& variance, const batch_norm_attrs& attrs);
+                               const tensor& variance, const batch_norm_attrs& attrs, const char* op);
     /// The layout of x for a data format already validated.
     bn_layout bn_layout_of(const tensor& x, const std::string& data_format);
     /// Checks that every per-channel tensor in `vs` is 1-D of length C with the statistics

@@ -14,6 +14,10 @@
 // are not); the gradient op's outputs are differentiable w.r.t. y_backprop, x and scale (a
 // fused second-order op), and that op is differentiable again, to any order. The reserve
 // spaces, mean, variance and epsilon get no gradient.
+//
+// ReLU fusion: fused_batch_norm_relu is relu(fused_batch_norm(...).y) in one pass, and
+// fused_batch_norm_relu_grad its gradient, fused_batch_norm_grad of the masked
+// where(y > 0, y_backprop, 0), also in one pass (docs/batch_norm.md, section 1.8).
 #include <string>
 #include <string_view>
 
@@ -42,6 +46,16 @@ namespace xgrad
                                                const tensor& mean, const tensor& variance,
                                                const batch_norm_attrs& attrs = {});
 
+    /// Batch norm followed by ReLU, fused: the outputs of fused_batch_norm (same arguments, same
+    /// checks, errors naming "fused_batch_norm_relu"), except y = max(y_bn, 0) (NaN stays NaN),
+    /// applied by the kernels as they store y, so no pre-activation tensor is written.
+    /// Autograd: y is differentiable w.r.t. x, scale and offset; its backward is
+    /// fused_batch_norm_relu_grad with this y and the reserve spaces. ReLU's derivative at 0 is
+    /// taken as 0 (an element with y == 0 gets no gradient), as in xgrad::relu.
+    batch_norm_forward_result fused_batch_norm_relu(const tensor& x, const tensor& scale, const tensor& offset,
+                                                    const tensor& mean, const tensor& variance,
+                                                    const batch_norm_attrs& attrs = {});
+
     struct batch_norm_grad_result
     {
         tensor x_backprop, scale_backprop, offset_backprop;
@@ -63,6 +77,18 @@ namespace xgrad
                                                  const tensor& reserve_space_1, const tensor& reserve_space_2,
                                                  const tensor& reserve_space_3, const batch_norm_attrs& attrs = {},
                                                  batch_norm_grad_version version = batch_norm_grad_version::v3);
+
+    /// The gradient of fused_batch_norm_relu: fused_batch_norm_grad (V3 formats) evaluated at the
+    /// masked cotangent where(y > 0, y_backprop, 0), the mask applied by the kernel as it loads
+    /// y_backprop. y is the fused op's output (x's shape, dtype and device, else
+    /// xgrad::invalid_argument naming y); the other arguments and checks are those of
+    /// fused_batch_norm_grad, with "fused_batch_norm_relu_grad" in the messages. Differentiable
+    /// w.r.t. y_backprop, x and scale, to any order: the mask is constant almost everywhere, so
+    /// the backward is fused_batch_norm_grad_grad at the masked y_backprop, with its
+    /// d_y_backprop masked too. y gets no gradient.
+    batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& y_backprop, const tensor& x, const tensor& y,
+                                                      const tensor& scale, const tensor& reserve_space_1,
+                                                      const tensor& reserve_space_2, const batch_norm_attrs& attrs = {});
 
     // --- the training-mode gradient as its two phases (not recorded by autograd) -------------
     /// Phase 1, a per-channel reduction: sum_dy = Σdy, sum_dy_xc = Σdy·(x − μ). A data-parallel

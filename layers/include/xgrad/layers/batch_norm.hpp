@@ -24,6 +24,11 @@
 // Gradients: y is differentiable w.r.t. x, scale and offset (in training mode the batch
 // statistics are functions of x); the running statistics are constants.
 //
+// ReLU fusion: forward_relu(x) is relu(forward(x)) through xgrad::fused_batch_norm_relu, one
+// pass that writes only the activated output. nn::sequential uses it for a batch_norm2d /
+// batch_norm3d child directly followed by an nn::relu child, so conv -> bn -> relu models get
+// the fusion without a change to their code.
+//
 // dtypes: parameters and buffers are float32 (inputs float32, float16 or bfloat16) or float64
 // (inputs float64), chosen by options.dtype. num_batches_tracked is an int64 scalar.
 //
@@ -82,6 +87,12 @@ namespace xgrad::nn
         /// Normalises x (see the formulas above); updates the running statistics in training
         /// mode when track_running_stats.
         tensor forward(const tensor& x) override;
+        /// relu(forward(x)) in one fused op (xgrad::fused_batch_norm_relu): the same values,
+        /// gradients (of every order) and running-statistics updates (up to floating-point
+        /// rounding), with the same checks and errors, but without writing the pre-activation
+        /// tensor. nn::sequential calls it for a
+        /// batch_norm2d / batch_norm3d child directly followed by an nn::relu child.
+        tensor forward_relu(const tensor& x);
 
         std::string_view type_name() const noexcept override { return m_name; }
         /// "batch_norm2d(32, eps=1e-05, momentum=0.1, NCHW)"
@@ -113,6 +124,8 @@ namespace xgrad::nn
 
     private:
         void check_input(const tensor& x) const;
+        /// forward (relu false) or forward_relu (relu true).
+        tensor run(const tensor& x, bool relu);
 
         options_type m_options;
         std::int64_t m_rank = 4;

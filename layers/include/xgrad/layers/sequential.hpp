@@ -32,6 +32,13 @@ namespace xgrad::nn
 
         /// Applies every child in order. Throws xgrad::invalid_argument when empty; an error in a
         /// child is rethrown with the child's name in front of the message.
+        ///
+        /// ReLU fusion: a batch_norm2d or batch_norm3d child directly followed by an nn::relu
+        /// child runs as one call of the batch-norm child's forward_relu (one fused op,
+        /// xgrad::fused_batch_norm_relu), and the relu child is skipped. The outputs, gradients
+        /// of every order and running statistics are those of calling the two children in
+        /// turn (up to floating-point rounding); parameters, buffers, state_dict and describe()
+        /// are unchanged. Errors then name the batch-norm child.
         tensor forward(const tensor& x) override;
         std::string_view type_name() const noexcept override { return "sequential"; }
         /// One line per child: "  (name): child.describe()".
