@@ -739,3 +739,46 @@ TEST_CASE("batch-norm kernels: grad_grad_apply with one output")
             }
         }
 }
+
+TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exactly as the reference")
+{
+    // With var = 1 and eps = 0 (r = 1 exactly), mean = 0 and offset = 0, y = x * scale and the
+    // inference dx = dy * scale: one product of a bfloat16 and a float, exact in double and
+    // correctly rounded in float by both sides, then rounded once to bfloat16. So the fast
+    // kernels (which convert bfloat16 in registers) must give the reference's bits exactly,
+    // at every SIMD level and through the partial batches of odd row lengths; a rounding other
+    // than to nearest even would differ on about half the elements.
+    settings_guard guard;
+    std::mt19937_64 gen(21);
+    std::uniform_real_distribution<double> U(-4, 4);
+    constexpr dtype dt = dtype::bfloat16;
+    for (const shape s : {shape{67, 5, 1}, shape{300, 3, 1}, shape{3, 2, 67}, shape{2, 3, 1100}, shape{17, 3, 3}})
+    {
+        const auto n = static_cast<std::size_t>(s.outer * s.C * s.inner), C = static_cast<std::size_t>(s.C);
+        std::vector<bfloat16_t> x(n), dy(n);
+        for (std::size_t i = 0; i < n; ++i)
+        {
+            x[i] = xgrad::to_bfloat16(static_cast<float>(U(gen)));
+            dy[i] = xgrad::to_bfloat16(static_cast<float>(U(gen)));
+        }
+        std::vector<float> scale(C), zero(C, 0.f), one(C, 1.f), s1(C), s2(C);
+        for (auto& v : scale)
+            v = static_cast<float>(U(gen)) * 1.0009765625f + 0.0001f; // many significant bits
+        std::vector<bfloat16_t> y_want(n), y_got(n), dx_want(n), dx_got(n);
+        cpu::reference::bn_normalize(y_want.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0,
+                                     false, dt, s.outer, s.C, s.inner);
+        cpu::reference::bn_grad_inference(dx_want.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr,
+                                          scale.data(), zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
+        for (const auto level : all_levels())
+        {
+            cpu::limit_simd_level(level);
+            cpu::bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0, false,
+                              dt, s.outer, s.C, s.inner);
+            cpu::bn_grad_inference(dx_got.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr, scale.data(),
+                                   zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
+            INFO(str(s), " level ", level_name(level));
+            CHECK(same_bits(y_got, y_want));
+            CHECK(same_bits(dx_got, dx_want));
+        }
+    }
+}

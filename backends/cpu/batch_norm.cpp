@@ -64,6 +64,17 @@ namespace xgrad::cpu
         // Reductions: sums[s * C + c] for s < bn_sum_count(kind); kind grad_out also writes
         // out = g * k[c]. m, k: per channel (null when the kind does not read them).
 
+        /// f(P{}) with P the element type of the pointers io.begin hands out: S when io stages
+        /// (scratch), else T (the tensors themselves).
+        template <class T, class S, class F>
+        void with_pointers(const operands<T, S>& io, F&& f)
+        {
+            if constexpr (operands<T, S>::in_place && !std::is_same_v<T, S>)
+                if (!io.staged())
+                    return f(T{});
+            f(S{});
+        }
+
         template <class T, class S>
         void reduce_tiles(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
                           S* sums)
@@ -106,18 +117,21 @@ namespace xgrad::cpu
                             for (std::int64_t r = 0; r < t.nr; r += step)
                             {
                                 const std::int64_t rows = std::min(step, t.nr - r);
-                                simd::bn_tile<S> tile{};
-                                io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
-                                         tile.in_stride);
-                                tile.out_stride = tile.in_stride;
-                                tile.nrows = rows;
-                                tile.ncols = t.nvalid;
-                                tile.m = mcol.data();
-                                tile.k = kcol.data();
-                                tile.acc = acc.data();
-                                tile.acc_stride = cb;
-                                tile.accumulate = r > 0;
-                                simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S>*>(&tile), kind);
+                                with_pointers(io, [&](auto io_type) {
+                                    using P = decltype(io_type);
+                                    simd::bn_tile<S, P> tile{};
+                                    io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
+                                             tile.in_stride);
+                                    tile.out_stride = tile.in_stride;
+                                    tile.nrows = rows;
+                                    tile.ncols = t.nvalid;
+                                    tile.m = mcol.data();
+                                    tile.k = kcol.data();
+                                    tile.acc = acc.data();
+                                    tile.acc_stride = cb;
+                                    tile.accumulate = r > 0;
+                                    simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
+                                });
                                 io.finish(scr, base + r * rs, rows, t.nvalid, rs);
                             }
                             for (int s = 0; s < K; ++s)
@@ -159,25 +173,28 @@ namespace xgrad::cpu
                              {
                                  const auto b = geo.run_block(item);
                                  const std::int64_t base = b.o0 * o_stride + b.c0 * geo.inner + b.i0;
-                                 simd::bn_run<S> run{};
-                                 run.o_stride = o_stride;
-                                 run.nc = b.nc;
-                                 run.n = b.n;
-                                 run.m = m ? m + b.c0 : nullptr;
-                                 run.k = k ? k + b.c0 : nullptr;
-                                 run.state = state.data();
-                                 run.sums = local.data();
-                                 // In place: one call. 16-bit: one outer index (nc segments) at a time.
+                                 // In place: one call. Staged: one outer index (nc segments) at a time.
                                  const std::int64_t step = io.staged() ? 1 : b.no;
                                  for (std::int64_t o = 0; o < b.no; o += step)
                                  {
                                      const std::int64_t off = base + o * o_stride;
-                                     io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out,
-                                              run.c_stride);
-                                     run.no = step;
-                                     run.init = o == 0;
-                                     run.finish = o + step == b.no;
-                                     simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S>*>(&run), kind);
+                                     with_pointers(io, [&](auto io_type) {
+                                         using P = decltype(io_type);
+                                         simd::bn_run<S, P> run{};
+                                         run.o_stride = o_stride;
+                                         run.nc = b.nc;
+                                         run.n = b.n;
+                                         run.m = m ? m + b.c0 : nullptr;
+                                         run.k = k ? k + b.c0 : nullptr;
+                                         run.state = state.data();
+                                         run.sums = local.data();
+                                         io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out,
+                                                  run.c_stride);
+                                         run.no = step;
+                                         run.init = o == 0;
+                                         run.finish = o + step == b.no;
+                                         simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, P>*>(&run), kind);
+                                     });
                                      io.finish(scr, off, b.nc, b.n, geo.inner);
                                  }
                                  for (std::int64_t ci = 0; ci < b.nc; ++ci)
@@ -248,16 +265,19 @@ namespace xgrad::cpu
                 if (streaming)
                     _mm_sfence();
             };
+            // pa, pg, px: P = S (staged) or T (in place), as in.begin handed them out.
             auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
-                            std::int64_t rows, std::int64_t n, std::int64_t stride, const S* pa, const S* pg,
-                            const S* px, const S* const* coef, std::int64_t coef_stride, std::int64_t coef_row_stride) {
+                            std::int64_t rows, std::int64_t n, std::int64_t stride, const auto* pa, const auto* pg,
+                            const auto* px, const S* const* coef, std::int64_t coef_stride,
+                            std::int64_t coef_row_stride) {
+                using P = std::remove_const_t<std::remove_pointer_t<decltype(px)>>;
                 // Staged like the inputs, so that all pointers share one row stride.
                 const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c, nullptr, in.staged()};
-                const S *unused_x, *unused_g, *unused_a;
-                S* pout;
-                std::int64_t pstride;
+                const P *unused_x, *unused_g, *unused_a;
+                P* pout = nullptr;
+                std::int64_t pstride = 0;
                 out.begin(scr, offset, rows, n, stride, unused_x, unused_g, unused_a, pout, pstride);
-                simd::bn_affine<S> p{};
+                simd::bn_affine<S, P> p{};
                 p.out = pout;
                 p.a = o.a ? pa : nullptr;
                 p.g = o.g ? pg : nullptr;
@@ -271,7 +291,7 @@ namespace xgrad::cpu
                 p.stride = pstride;
                 p.relu = o.relu;
                 p.stream = streaming && o.stream;
-                simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S>*>(&p));
+                simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S, P>*>(&p));
                 out.finish(scr, offset, rows, n, stride);
             };
 
@@ -304,12 +324,15 @@ namespace xgrad::cpu
                                      for (std::int64_t r = 0; r < t.nr; r += step)
                                      {
                                          const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
-                                         const S *px, *pg, *pa;
-                                         S* unused_out;
-                                         std::int64_t pstride;
-                                         in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, pstride);
-                                         for (int o = 0; o < nouts; ++o)
-                                             call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, coef[o], 1, 0);
+                                         with_pointers(in, [&](auto io_type) {
+                                             using P = decltype(io_type);
+                                             const P *px = nullptr, *pg = nullptr, *pa = nullptr;
+                                             P* unused_out = nullptr;
+                                             std::int64_t pstride = 0;
+                                             in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, pstride);
+                                             for (int o = 0; o < nouts; ++o)
+                                                 call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, coef[o], 1, 0);
+                                         });
                                      }
                                  }
                                  fence();
@@ -327,17 +350,20 @@ namespace xgrad::cpu
                                      // The no segments of one channel (one row per outer index, all
                                      // with the channel's coefficients): one call, not one per segment.
                                      const std::int64_t off = b.o0 * geo.ostride + (b.c0 + ci) * geo.inner + b.i0;
-                                     const S *px, *pg, *pa;
-                                     S* unused_out;
-                                     std::int64_t pstride;
-                                     in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, pstride);
-                                     for (int q = 0; q < nouts; ++q)
-                                     {
-                                         const S* coef[7];
-                                         for (int k = 0; k < 7; ++k)
-                                             coef[k] = outs[q].coef + k * C + b.c0 + ci;
-                                         call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, coef, 0, 0);
-                                     }
+                                     with_pointers(in, [&](auto io_type) {
+                                         using P = decltype(io_type);
+                                         const P *px = nullptr, *pg = nullptr, *pa = nullptr;
+                                         P* unused_out = nullptr;
+                                         std::int64_t pstride = 0;
+                                         in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, pstride);
+                                         for (int q = 0; q < nouts; ++q)
+                                         {
+                                             const S* coef[7];
+                                             for (int k = 0; k < 7; ++k)
+                                                 coef[k] = outs[q].coef + k * C + b.c0 + ci;
+                                             call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, coef, 0, 0);
+                                         }
+                                     });
                                  }
                              }
                              fence();

@@ -56,14 +56,18 @@ namespace xgrad::cpu::bn_detail
             std::copy(src + r * n, src + r * n + n, dst + r * stride);
     }
 
-    /// The x-like operands of one kernel call, read in place when T is S, or staged piece by
-    /// piece into per-thread scratch in S: always for 16-bit T (converted), and for T = S when
-    /// g is masked by a fused ReLU's output y (copied, g masked) or when force_stage (an output
-    /// written beside staged inputs, so that all pointers share the packed row stride).
+    /// The x-like operands of one kernel call, handed to the SIMD functors in place (as T: when
+    /// T is S, or bfloat16, which the functors convert in registers), or staged piece by piece
+    /// into per-thread scratch in S: always for float16 (converted), and for the others when g
+    /// is masked by a fused ReLU's output y (copied or converted, g masked) or when force_stage
+    /// (an output written beside staged inputs, so that all pointers share the packed row
+    /// stride).
     template <class T, class S>
     struct operands
     {
         static constexpr bool direct = std::is_same_v<T, S>;
+        /// Whether the functors read and write T themselves.
+        static constexpr bool in_place = direct || (std::is_same_v<S, float> && std::is_same_v<T, bfloat16_t>);
         const T* x;
         const T* g;
         const T* a;
@@ -73,7 +77,7 @@ namespace xgrad::cpu::bn_detail
         const T* y = nullptr;
         bool force_stage = false;
 
-        bool staged() const noexcept { return !direct || y != nullptr || force_stage; }
+        bool staged() const noexcept { return !in_place || y != nullptr || force_stage; }
 
         /// Per-thread buffers for one piece (empty when nothing is staged).
         struct scratch
@@ -86,15 +90,17 @@ namespace xgrad::cpu::bn_detail
             }
         };
 
-        /// Pointers (S) to rows [0, rows) of n elements starting at element `offset`, rows
-        /// `stride` apart; `stride_out` receives the row stride of the pointers returned.
-        /// Inputs are staged now; a staged output is written back by finish().
+        /// Pointers to rows [0, rows) of n elements starting at element `offset`, rows `stride`
+        /// apart; `stride_out` receives the row stride of the pointers returned. P is T when
+        /// !staged() (the tensors themselves), S when staged() (scratch: inputs are staged now,
+        /// a staged output is written back by finish()).
+        template <class P>
         void begin(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
-                   const S*& px, const S*& pg, const S*& pa, S*& pout, std::int64_t& stride_out) const
+                   const P*& px, const P*& pg, const P*& pa, P*& pout, std::int64_t& stride_out) const
         {
             if (!staged())
             {
-                if constexpr (direct)
+                if constexpr (std::is_same_v<P, T>)
                 {
                     px = x ? x + offset : nullptr;
                     pg = g ? g + offset : nullptr;
@@ -104,6 +110,13 @@ namespace xgrad::cpu::bn_detail
                 }
                 return;
             }
+            if constexpr (std::is_same_v<P, S>)
+                stage(s, offset, rows, n, stride, px, pg, pa, pout, stride_out);
+        }
+
+        void stage(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
+                   const S*& px, const S*& pg, const S*& pa, S*& pout, std::int64_t& stride_out) const
+        {
             auto stage = [&](std::vector<S>& dst, const T* src) {
                 if constexpr (direct)
                     pack_rows(dst.data(), src + offset, rows, n, stride);

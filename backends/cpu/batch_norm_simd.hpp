@@ -6,10 +6,12 @@
 // batch_norm.cpp sees only these declarations and the `extern template` lines below and picks
 // an instantiation at run time with detail::simd_call (dispatch.hpp).
 //
-// The functors work on float or double (the statistics type). 16-bit tensors are converted to
-// float by batch_norm.cpp (batch_norm_convert.hpp) in small cache-resident pieces before the
-// functors see them, and outputs are rounded to 16 bits once, after the functor wrote them as
-// float.
+// The functors compute in float or double (the statistics type T). bfloat16 tensors are read
+// and written by the functors themselves (IO = bfloat16_t: widened in registers on load, rounded
+// once on store); float16 tensors, and bfloat16 ones whose gradient is masked by a fused ReLU,
+// are converted to float by batch_norm.cpp (batch_norm_convert.hpp) in small cache-resident
+// pieces before the functors see them, and outputs rounded to 16 bits once, after the functor
+// wrote them as float.
 //
 // Every x-like tensor is [outer, C, inner] (batch_norm_kernels.hpp). The functors see it in
 // one of two shapes:
@@ -25,6 +27,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "backends/cpu/simd_kernels.hpp" // simd::archs
+#include "xgrad/half.hpp"                 // bfloat16_t
 
 namespace xgrad::cpu::simd
 {
@@ -50,13 +53,13 @@ namespace xgrad::cpu::simd
     /// Sum s of column j goes to acc[s * acc_stride + j]: assigned (accumulate = false) or added
     /// to the value there (accumulate = true; lets the caller feed a tile in row pieces with the
     /// same summation order). Within a column the rows are added in order, one at a time.
-    template <class T>
+    template <class T, class IO = T>
     struct bn_tile
     {
-        const T* x;
-        const T* g;
-        const T* a;
-        T* out;
+        const IO* x;
+        const IO* g;
+        const IO* a;
+        IO* out;
         std::int64_t in_stride, out_stride;
         std::int64_t nrows, ncols;
         const T* m;
@@ -78,13 +81,13 @@ namespace xgrad::cpu::simd
     /// state + ci * bn_run_state_size(kind) between segments and calls: `init` zeroes them
     /// first; `finish` writes sums[ci * K + s] (the two added, then their lanes pairwise).
     /// See batch_norm.cpp for the error bound.
-    template <class T>
+    template <class T, class IO = T>
     struct bn_run
     {
-        const T* x;
-        const T* g;
-        const T* a;
-        T* out;
+        const IO* x;
+        const IO* g;
+        const IO* a;
+        IO* out;
         std::int64_t o_stride, c_stride;
         std::int64_t no, nc, n;
         const T* m;
@@ -106,13 +109,13 @@ namespace xgrad::cpu::simd
     /// stores (for outputs larger than the cache: no read for ownership, no eviction of the
     /// inputs); the caller issues the store fence (_mm_sfence) once its calls are done, before
     /// the data is handed to another thread.
-    template <class T>
+    template <class T, class IO = T>
     struct bn_affine
     {
-        T* out;
-        const T* a;
-        const T* g;
-        const T* x;
+        IO* out;
+        const IO* a;
+        const IO* g;
+        const IO* x;
         const T* coef[7];
         std::int64_t coef_stride, coef_row_stride;
         std::int64_t nrows, n, stride;
@@ -121,37 +124,40 @@ namespace xgrad::cpu::simd
 
     struct bn_tile_fn
     {
-        template <class Arch, class T>
-        void operator()(Arch, const bn_tile<T>* tile, bn_sums kind) const noexcept;
+        template <class Arch, class T, class IO>
+        void operator()(Arch, const bn_tile<T, IO>* tile, bn_sums kind) const noexcept;
     };
 
     /// Writes out when kind is grad_out.
     struct bn_run_fn
     {
-        template <class Arch, class T>
-        void operator()(Arch, const bn_run<T>* run, bn_sums kind) const noexcept;
+        template <class Arch, class T, class IO>
+        void operator()(Arch, const bn_run<T, IO>* run, bn_sums kind) const noexcept;
     };
 
     struct bn_affine_fn
     {
-        template <class Arch, class T>
-        void operator()(Arch, const bn_affine<T>* p) const noexcept;
+        template <class Arch, class T, class IO>
+        void operator()(Arch, const bn_affine<T, IO>* p) const noexcept;
     };
 }
 
 // One line per functor, element type and instruction set; `EXTERN` is `extern` for the
-// declarations below and empty for the definitions in batch_norm_<arch>.cpp.
-#define XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                    \
-    EXTERN template void xgrad::cpu::simd::bn_tile_fn::operator()<ARCH, T>(                                    \
-        ARCH, const xgrad::cpu::simd::bn_tile<T>*, xgrad::cpu::simd::bn_sums) const noexcept;                  \
-    EXTERN template void xgrad::cpu::simd::bn_run_fn::operator()<ARCH, T>(                                     \
-        ARCH, const xgrad::cpu::simd::bn_run<T>*, xgrad::cpu::simd::bn_sums) const noexcept;                   \
-    EXTERN template void xgrad::cpu::simd::bn_affine_fn::operator()<ARCH, T>(                                  \
-        ARCH, const xgrad::cpu::simd::bn_affine<T>*) const noexcept;
+// declarations below and empty for the definitions in batch_norm_<arch>.cpp. IO is the type of
+// the x-like tensors the functor reads and writes: T itself, or bfloat16 for T = float
+// (converted in registers on load and rounded to nearest even on store).
+#define XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T, IO)                                                \
+    EXTERN template void xgrad::cpu::simd::bn_tile_fn::operator()<ARCH, T, IO>(                                \
+        ARCH, const xgrad::cpu::simd::bn_tile<T, IO>*, xgrad::cpu::simd::bn_sums) const noexcept;              \
+    EXTERN template void xgrad::cpu::simd::bn_run_fn::operator()<ARCH, T, IO>(                                 \
+        ARCH, const xgrad::cpu::simd::bn_run<T, IO>*, xgrad::cpu::simd::bn_sums) const noexcept;               \
+    EXTERN template void xgrad::cpu::simd::bn_affine_fn::operator()<ARCH, T, IO>(                              \
+        ARCH, const xgrad::cpu::simd::bn_affine<T, IO>*) const noexcept;
 
 #define XGRAD_CPU_BN_SIMD_INSTANTIATE(EXTERN, ARCH)                                                            \
-    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                    \
-    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, float)                                             \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double, double)                                           \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, xgrad::bfloat16_t)
 
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)

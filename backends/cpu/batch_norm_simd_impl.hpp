@@ -75,6 +75,87 @@ namespace xgrad::cpu::simd
             }
         }
 
+        /// load / store for the tensors' own type IO: IO = T as they are; IO = bfloat16 (T =
+        /// float) widened in registers (a bfloat16 is the top half of a float) and rounded back
+        /// to nearest even with xgrad::to_bfloat16's rules (NaN -> (u >> 16) | 0x40, quiet, sign
+        /// and top payload kept; else (u + 0x7fff + ((u >> 16) & 1)) >> 16).
+        template <class Arch, class T, bool Tail, class IO>
+        batch<Arch, T> load_io(const IO* p, std::int64_t rem) noexcept
+        {
+            if constexpr (std::is_same_v<IO, T>)
+                return load<Arch, T, Tail>(p, rem);
+            else
+            {
+                static_assert(std::is_same_v<T, float> && sizeof(IO) == 2, "bfloat16 tensors with float arithmetic");
+                constexpr std::int64_t w = lanes<Arch, T>;
+                const auto* u = reinterpret_cast<const std::uint16_t*>(p);
+                alignas(64) std::uint16_t buf[8] = {};
+                if constexpr (Tail)
+                {
+                    for (std::int64_t j = 0; j < rem; ++j)
+                        buf[j] = u[j];
+                    u = buf;
+                }
+                if constexpr (w == 8)
+                {
+                    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+                    return batch<Arch, T>(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+                }
+                else
+                {
+                    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(u));
+                    return batch<Arch, T>(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
+                }
+            }
+        }
+
+        template <class Arch, class T, bool Tail, class IO>
+        void store_io(IO* p, const batch<Arch, T>& v, std::int64_t rem) noexcept
+        {
+            if constexpr (std::is_same_v<IO, T>)
+                store<Arch, T, Tail>(p, v, rem);
+            else
+            {
+                constexpr std::int64_t w = lanes<Arch, T>;
+                alignas(64) std::uint16_t buf[8];
+                std::uint16_t* u = Tail ? buf : reinterpret_cast<std::uint16_t*>(p);
+                if constexpr (w == 8)
+                {
+                    const __m256i x = _mm256_castps_si256(v);
+                    const __m256i hi = _mm256_srli_epi32(x, 16);
+                    const __m256i rounded = _mm256_srli_epi32(
+                        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                         _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                        16);
+                    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                                           _mm256_set1_epi32(0x7f800000));
+                    const __m256i r =
+                        _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+                    // packus works within each 128-bit lane: take the low 64 bits of both lanes.
+                    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm256_castsi256_si128(packed));
+                }
+                else
+                {
+                    const __m128i x = _mm_castps_si128(v);
+                    const __m128i hi = _mm_srli_epi32(x, 16);
+                    const __m128i rounded = _mm_srli_epi32(
+                        _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))),
+                        16);
+                    const __m128i nan =
+                        _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+                    const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(hi, _mm_set1_epi32(0x40))),
+                                                   _mm_andnot_si128(nan, rounded));
+                    // Sign-extend the 16-bit results so the signed saturating pack keeps their bits.
+                    const __m128i packed = _mm_packs_epi32(_mm_srai_epi32(_mm_slli_epi32(r, 16), 16), r);
+                    _mm_storel_epi64(reinterpret_cast<__m128i*>(u), packed);
+                }
+                if constexpr (Tail)
+                    for (std::int64_t j = 0; j < rem; ++j)
+                        reinterpret_cast<std::uint16_t*>(p)[j] = buf[j];
+            }
+        }
+
         /// A full batch stored at p with a non-temporal store when p is batch-aligned (else an
         /// ordinary store).
         template <class Arch, class T>
@@ -156,12 +237,12 @@ namespace xgrad::cpu::simd
             batch<Arch, T> x, g, a;
         };
 
-        template <bn_sums Kind, bool Tail, class Arch, class T>
-        operands<Arch, T> load_operands(const T* x, const T* g, const T* a, std::int64_t i, std::int64_t rem) noexcept
+        template <bn_sums Kind, bool Tail, class Arch, class T, class IO>
+        operands<Arch, T> load_operands(const IO* x, const IO* g, const IO* a, std::int64_t i, std::int64_t rem) noexcept
         {
             const batch<Arch, T> zero(T(0));
-            return {load<Arch, T, Tail>(x + i, rem), reads_g<Kind> ? load<Arch, T, Tail>(g + i, rem) : zero,
-                    reads_a<Kind> ? load<Arch, T, Tail>(a + i, rem) : zero};
+            return {load_io<Arch, T, Tail>(x + i, rem), reads_g<Kind> ? load_io<Arch, T, Tail>(g + i, rem) : zero,
+                    reads_a<Kind> ? load_io<Arch, T, Tail>(a + i, rem) : zero};
         }
 
         /// Lanes first .. lanes-1 (the new elements of a batch that overlaps the previous one).
@@ -195,8 +276,8 @@ namespace xgrad::cpu::simd
         /// operands v: all lanes, or (Tail) the first rem, or (Masked) the lanes in keep. First:
         /// the accumulators start from 0 instead of their value in memory (Masked: only the
         /// lanes in keep; the others were written by this row already).
-        template <bn_sums Kind, bool Tail, bool Masked, bool First, class Arch, class T>
-        void tile_update(const bn_tile<T>& t, std::int64_t row, std::int64_t j, std::int64_t rem,
+        template <bn_sums Kind, bool Tail, bool Masked, bool First, class Arch, class T, class IO>
+        void tile_update(const bn_tile<T, IO>& t, std::int64_t row, std::int64_t j, std::int64_t rem,
                          const operands<Arch, T>& v, const xsimd::batch_bool<T, Arch>& keep) noexcept
         {
             using B = batch<Arch, T>;
@@ -217,7 +298,8 @@ namespace xgrad::cpu::simd
             else
                 add_terms<Kind, Arch, T>(acc, v.x, v.g, v.a, m);
             if constexpr (Kind == bn_sums::grad_out)
-                store<Arch, T, Tail>(t.out + row * t.out_stride + j, B(v.g * load<Arch, T, Tail>(t.k + j, rem)), rem);
+                store_io<Arch, T, Tail>(t.out + row * t.out_stride + j, B(v.g * load<Arch, T, Tail>(t.k + j, rem)),
+                                        rem);
             unroll<Arch, K>::apply([&](auto si) {
                 constexpr int s = decltype(si)::value;
                 store<Arch, T, Tail>(t.acc + s * t.acc_stride + j, acc[s], rem);
@@ -226,8 +308,8 @@ namespace xgrad::cpu::simd
 
         /// Rows [r0, r1) of a tile. `t` is a copy: stores through the data pointers cannot make
         /// the compiler reload its fields.
-        template <bn_sums Kind, bool First, class Arch, class T>
-        void tile_rows(const bn_tile<T> t, std::int64_t r0, std::int64_t r1) noexcept
+        template <bn_sums Kind, bool First, class Arch, class T, class IO>
+        void tile_rows(const bn_tile<T, IO> t, std::int64_t r0, std::int64_t r1) noexcept
         {
             constexpr std::int64_t w = lanes<Arch, T>;
             const xsimd::batch_bool<T, Arch> all(true);
@@ -258,8 +340,8 @@ namespace xgrad::cpu::simd
         /// not a multiple of the lanes ends with a batch overlapping the previous one, its
         /// already-counted lanes masked off (its operands are loaded before the row's outputs
         /// are written, so an output aliasing an input would still be right).
-        template <bn_sums Kind, class Arch, class T>
-        void tile(const bn_tile<T>& t) noexcept
+        template <bn_sums Kind, class Arch, class T, class IO>
+        void tile(const bn_tile<T, IO>& t) noexcept
         {
             if (t.nrows <= 0)
                 return;
@@ -277,8 +359,8 @@ namespace xgrad::cpu::simd
         /// with a batch overlapping the previous one, its already-counted lanes masked off, into
         /// acc1 (its operands are loaded first, so an output aliasing an input would still be
         /// right).
-        template <bn_sums Kind, class Arch, class T>
-        void run_segment(const bn_run<T>& r, std::int64_t base, batch<Arch, T>* acc0, batch<Arch, T>* acc1,
+        template <bn_sums Kind, class Arch, class T, class IO>
+        void run_segment(const bn_run<T, IO>& r, std::int64_t base, batch<Arch, T>* acc0, batch<Arch, T>* acc1,
                          const batch<Arch, T>& m, const batch<Arch, T>& k,
                          const xsimd::batch_bool<T, Arch>& keep) noexcept
         {
@@ -287,7 +369,7 @@ namespace xgrad::cpu::simd
             const std::int64_t full = r.n / w * w, rem = r.n - full;
             auto out = [&](std::int64_t i, const B& g) {
                 if constexpr (Kind == bn_sums::grad_out)
-                    store<Arch, T, false>(r.out + i, B(g * k), 0);
+                    store_io<Arch, T, false>(r.out + i, B(g * k), 0);
             };
             const auto last = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + (rem ? r.n - w : 0), 0);
             std::int64_t i = 0;
@@ -314,8 +396,8 @@ namespace xgrad::cpu::simd
         }
 
         /// `r` is a copy: stores through the data pointers cannot make the compiler reload it.
-        template <bn_sums Kind, class Arch, class T>
-        void run(const bn_run<T> r) noexcept
+        template <bn_sums Kind, class Arch, class T, class IO>
+        void run(const bn_run<T, IO> r) noexcept
         {
             using B = batch<Arch, T>;
             constexpr std::int64_t w = lanes<Arch, T>;
@@ -342,14 +424,14 @@ namespace xgrad::cpu::simd
                     const B k = Kind == bn_sums::grad_out ? B(r.k[ci]) : zero;
                     const std::int64_t base = o * r.o_stride + ci * r.c_stride;
                     if (r.n >= w)
-                        run_segment<Kind, Arch, T>(r, base, acc0, acc1, m, k, keep);
+                        run_segment<Kind, Arch, T, IO>(r, base, acc0, acc1, m, k, keep);
                     else
                     {
                         // A segment shorter than a batch: one padded batch, padding masked off.
                         const auto v = load_operands<Kind, true, Arch, T>(r.x, r.g, r.a, base, r.n);
                         add_terms_masked<Kind, Arch, T>(acc1, v, m, keep);
                         if constexpr (Kind == bn_sums::grad_out)
-                            store<Arch, T, true>(r.out + base, B(v.g * k), r.n);
+                            store_io<Arch, T, true>(r.out + base, B(v.g * k), r.n);
                     }
                     unroll<Arch, K>::apply([&](auto si) {
                         constexpr int s = decltype(si)::value;
@@ -392,8 +474,8 @@ namespace xgrad::cpu::simd
         /// same inputs by the same code, so they come out the same; that batch is computed
         /// before the row is written, so an output aliasing an input would still be right).
         /// Rows shorter than a batch use one padded batch.
-        template <bool HA, bool HG, bool HX, bool PerElem, class Arch, class T>
-        void affine(const bn_affine<T> p) noexcept
+        template <bool HA, bool HG, bool HX, bool PerElem, class Arch, class T, class IO>
+        void affine(const bn_affine<T, IO> p) noexcept
         {
             using B = batch<Arch, T>;
             using C = coef<Arch, T, PerElem>;
@@ -405,13 +487,13 @@ namespace xgrad::cpu::simd
                 B r = c[6].template at<Tail>(i, rem);
                 if constexpr (HX)
                     r = xsimd::fma(c[4].template at<Tail>(i, rem),
-                                   B(load<Arch, T, Tail>(p.x + o + i, rem) - c[5].template at<Tail>(i, rem)), r);
+                                   B(load_io<Arch, T, Tail>(p.x + o + i, rem) - c[5].template at<Tail>(i, rem)), r);
                 if constexpr (HG)
                     r = xsimd::fma(c[2].template at<Tail>(i, rem),
-                                   B(load<Arch, T, Tail>(p.g + o + i, rem) - c[3].template at<Tail>(i, rem)), r);
+                                   B(load_io<Arch, T, Tail>(p.g + o + i, rem) - c[3].template at<Tail>(i, rem)), r);
                 if constexpr (HA)
                     r = xsimd::fma(c[0].template at<Tail>(i, rem),
-                                   B(load<Arch, T, Tail>(p.a + o + i, rem) - c[1].template at<Tail>(i, rem)), r);
+                                   B(load_io<Arch, T, Tail>(p.a + o + i, rem) - c[1].template at<Tail>(i, rem)), r);
                 return r;
             };
             const B zero(T(0));
@@ -424,71 +506,76 @@ namespace xgrad::cpu::simd
                     c[q] = C{p.coef[q] + co, PerElem ? B(T(0)) : B(p.coef[q][co])};
                 if (p.n < w)
                 {
-                    store<Arch, T, true>(p.out + o, finish(eval(std::true_type{}, o, 0, p.n)), p.n);
+                    store_io<Arch, T, true>(p.out + o, finish(eval(std::true_type{}, o, 0, p.n)), p.n);
                     continue;
                 }
                 const B last = finish(eval(std::false_type{}, o, rem ? p.n - w : 0, 0));
-                if (p.stream)
+                bool streamed = false;
+                if constexpr (std::is_same_v<IO, T>)
+                    if (p.stream)
+                    {
+                        for (std::int64_t i = 0; i < full; i += w)
+                            store_stream<Arch, T>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)));
+                        streamed = true;
+                    }
+                if (!streamed)
                     for (std::int64_t i = 0; i < full; i += w)
-                        store_stream<Arch, T>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)));
-                else
-                    for (std::int64_t i = 0; i < full; i += w)
-                        store<Arch, T, false>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)), 0);
+                        store_io<Arch, T, false>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)), 0);
                 if (rem)
-                    store<Arch, T, false>(p.out + o + p.n - w, last, 0);
+                    store_io<Arch, T, false>(p.out + o + p.n - w, last, 0);
             }
         }
 
-        template <bool HA, bool HG, bool HX, class Arch, class T>
-        void affine_stride(const bn_affine<T>& p) noexcept
+        template <bool HA, bool HG, bool HX, class Arch, class T, class IO>
+        void affine_stride(const bn_affine<T, IO>& p) noexcept
         {
             if (p.coef_stride != 0)
-                affine<HA, HG, HX, true, Arch, T>(p);
+                affine<HA, HG, HX, true, Arch, T, IO>(p);
             else
-                affine<HA, HG, HX, false, Arch, T>(p);
+                affine<HA, HG, HX, false, Arch, T, IO>(p);
         }
     }
 
-    template <class Arch, class T>
-    void bn_tile_fn::operator()(Arch, const bn_tile<T>* tile, bn_sums kind) const noexcept
+    template <class Arch, class T, class IO>
+    void bn_tile_fn::operator()(Arch, const bn_tile<T, IO>* tile, bn_sums kind) const noexcept
     {
         switch (kind)
         {
-        case bn_sums::x: return bn_impl::tile<bn_sums::x, Arch, T>(*tile);
-        case bn_sums::centred: return bn_impl::tile<bn_sums::centred, Arch, T>(*tile);
-        case bn_sums::grad: return bn_impl::tile<bn_sums::grad, Arch, T>(*tile);
-        case bn_sums::grad_out: return bn_impl::tile<bn_sums::grad_out, Arch, T>(*tile);
-        case bn_sums::grad_grad: return bn_impl::tile<bn_sums::grad_grad, Arch, T>(*tile);
+        case bn_sums::x: return bn_impl::tile<bn_sums::x, Arch, T, IO>(*tile);
+        case bn_sums::centred: return bn_impl::tile<bn_sums::centred, Arch, T, IO>(*tile);
+        case bn_sums::grad: return bn_impl::tile<bn_sums::grad, Arch, T, IO>(*tile);
+        case bn_sums::grad_out: return bn_impl::tile<bn_sums::grad_out, Arch, T, IO>(*tile);
+        case bn_sums::grad_grad: return bn_impl::tile<bn_sums::grad_grad, Arch, T, IO>(*tile);
         }
     }
 
-    template <class Arch, class T>
-    void bn_run_fn::operator()(Arch, const bn_run<T>* run, bn_sums kind) const noexcept
+    template <class Arch, class T, class IO>
+    void bn_run_fn::operator()(Arch, const bn_run<T, IO>* run, bn_sums kind) const noexcept
     {
         switch (kind)
         {
-        case bn_sums::x: return bn_impl::run<bn_sums::x, Arch, T>(*run);
-        case bn_sums::centred: return bn_impl::run<bn_sums::centred, Arch, T>(*run);
-        case bn_sums::grad: return bn_impl::run<bn_sums::grad, Arch, T>(*run);
-        case bn_sums::grad_out: return bn_impl::run<bn_sums::grad_out, Arch, T>(*run);
-        case bn_sums::grad_grad: return bn_impl::run<bn_sums::grad_grad, Arch, T>(*run);
+        case bn_sums::x: return bn_impl::run<bn_sums::x, Arch, T, IO>(*run);
+        case bn_sums::centred: return bn_impl::run<bn_sums::centred, Arch, T, IO>(*run);
+        case bn_sums::grad: return bn_impl::run<bn_sums::grad, Arch, T, IO>(*run);
+        case bn_sums::grad_out: return bn_impl::run<bn_sums::grad_out, Arch, T, IO>(*run);
+        case bn_sums::grad_grad: return bn_impl::run<bn_sums::grad_grad, Arch, T, IO>(*run);
         }
     }
 
-    template <class Arch, class T>
-    void bn_affine_fn::operator()(Arch, const bn_affine<T>* p) const noexcept
+    template <class Arch, class T, class IO>
+    void bn_affine_fn::operator()(Arch, const bn_affine<T, IO>* p) const noexcept
     {
         const int present = (p->a ? 4 : 0) | (p->g ? 2 : 0) | (p->x ? 1 : 0);
         switch (present)
         {
-        case 0: return bn_impl::affine_stride<false, false, false, Arch, T>(*p);
-        case 1: return bn_impl::affine_stride<false, false, true, Arch, T>(*p);
-        case 2: return bn_impl::affine_stride<false, true, false, Arch, T>(*p);
-        case 3: return bn_impl::affine_stride<false, true, true, Arch, T>(*p);
-        case 4: return bn_impl::affine_stride<true, false, false, Arch, T>(*p);
-        case 5: return bn_impl::affine_stride<true, false, true, Arch, T>(*p);
-        case 6: return bn_impl::affine_stride<true, true, false, Arch, T>(*p);
-        default: return bn_impl::affine_stride<true, true, true, Arch, T>(*p);
+        case 0: return bn_impl::affine_stride<false, false, false, Arch, T, IO>(*p);
+        case 1: return bn_impl::affine_stride<false, false, true, Arch, T, IO>(*p);
+        case 2: return bn_impl::affine_stride<false, true, false, Arch, T, IO>(*p);
+        case 3: return bn_impl::affine_stride<false, true, true, Arch, T, IO>(*p);
+        case 4: return bn_impl::affine_stride<true, false, false, Arch, T, IO>(*p);
+        case 5: return bn_impl::affine_stride<true, false, true, Arch, T, IO>(*p);
+        case 6: return bn_impl::affine_stride<true, true, false, Arch, T, IO>(*p);
+        default: return bn_impl::affine_stride<true, true, true, Arch, T, IO>(*p);
         }
     }
 }
