@@ -7,10 +7,12 @@
 // As in simd_kernels_impl.hpp, every helper here is a template on the architecture (or a
 // constant) and no standard-library function is called, so no inline function compiled with
 // -mavx2 can be shared with (and picked by the linker for) code that a pre-AVX2 processor runs.
-// A row or segment whose length is not a multiple of the lanes ends with a whole batch that
-// overlaps the previous one (reductions mask off the lanes already counted; elementwise
-// outputs recompute them identically), so the same vector code computes every element; only
-// rows shorter than one batch go through a padded batch.
+// A row or segment whose length is not a multiple of the lanes ends with a padded batch of its
+// last elements (loaded in memory order, after the rest; reductions mask the padding off,
+// outputs store only the real lanes), so the same vector code computes every element. (An
+// earlier version ended with a whole batch overlapping the previous one, loaded first: on short
+// channels-first segments, e.g. 14x14, that load jumped ahead of the hardware prefetcher and
+// stalled on DRAM once per segment.)
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -245,7 +247,7 @@ namespace xgrad::cpu::simd
                     reads_a<Kind> ? load_io<Arch, T, Tail>(a + i, rem) : zero};
         }
 
-        /// Lanes first .. lanes-1 (the new elements of a batch that overlaps the previous one).
+        /// Lanes first .. lanes-1 (negated: the real lanes 0 .. first-1 of a padded batch).
         template <class Arch, class T>
         xsimd::batch_bool<T, Arch> lanes_from(std::int64_t first) noexcept
         {
@@ -273,30 +275,24 @@ namespace xgrad::cpu::simd
         }
 
         /// Column accumulators [j, j + lanes) of a tile in memory, updated with one row's
-        /// operands v: all lanes, or (Tail) the first rem, or (Masked) the lanes in keep. First:
-        /// the accumulators start from 0 instead of their value in memory (Masked: only the
-        /// lanes in keep; the others were written by this row already).
-        template <bn_sums Kind, bool Tail, bool Masked, bool First, class Arch, class T, class IO>
+        /// operands v: all lanes, or (Tail) the first rem (the padding lanes are neither loaded
+        /// nor stored). First: the accumulators start from 0 instead of their value in memory.
+        template <bn_sums Kind, bool Tail, bool First, class Arch, class T, class IO>
         void tile_update(const bn_tile<T, IO>& t, std::int64_t row, std::int64_t j, std::int64_t rem,
-                         const operands<Arch, T>& v, const xsimd::batch_bool<T, Arch>& keep) noexcept
+                         const operands<Arch, T>& v) noexcept
         {
             using B = batch<Arch, T>;
             constexpr int K = sum_count<Kind>;
             B acc[K];
             unroll<Arch, K>::apply([&](auto si) {
                 constexpr int s = decltype(si)::value;
-                if constexpr (First && Masked) // the lanes outside keep were written by this row
-                    acc[s] = xsimd::select(keep, B(T(0)), load<Arch, T, Tail>(t.acc + s * t.acc_stride + j, rem));
-                else if constexpr (First)
+                if constexpr (First)
                     acc[s] = B(T(0));
                 else
                     acc[s] = load<Arch, T, Tail>(t.acc + s * t.acc_stride + j, rem);
             });
             const B m = reads_m<Kind> ? load<Arch, T, Tail>(t.m + j, rem) : B(T(0));
-            if constexpr (Masked)
-                add_terms_masked<Kind, Arch, T>(acc, v, m, keep);
-            else
-                add_terms<Kind, Arch, T>(acc, v.x, v.g, v.a, m);
+            add_terms<Kind, Arch, T>(acc, v.x, v.g, v.a, m);
             if constexpr (Kind == bn_sums::grad_out)
                 store_io<Arch, T, Tail>(t.out + row * t.out_stride + j, B(v.g * load<Arch, T, Tail>(t.k + j, rem)),
                                         rem);
@@ -312,34 +308,23 @@ namespace xgrad::cpu::simd
         void tile_rows(const bn_tile<T, IO> t, std::int64_t r0, std::int64_t r1) noexcept
         {
             constexpr std::int64_t w = lanes<Arch, T>;
-            const xsimd::batch_bool<T, Arch> all(true);
-            if (t.ncols < w)
-            {
-                for (std::int64_t r = r0; r < r1; ++r)
-                    tile_update<Kind, true, false, First, Arch, T>(
-                        t, r, 0, t.ncols, load_operands<Kind, true, Arch, T>(t.x, t.g, t.a, r * t.in_stride, t.ncols),
-                        all);
-                return;
-            }
-            const std::int64_t full = t.ncols / w * w, rem = t.ncols - full, jt = rem ? t.ncols - w : 0;
-            const auto keep = lanes_from<Arch, T>(w - rem);
+            const std::int64_t full = t.ncols / w * w, rem = t.ncols - full;
             for (std::int64_t r = r0; r < r1; ++r)
             {
                 const std::int64_t in = r * t.in_stride;
-                const auto last = load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, in + jt, 0);
                 for (std::int64_t j = 0; j < full; j += w)
-                    tile_update<Kind, false, false, First, Arch, T>(
-                        t, r, j, 0, load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, in + j, 0), all);
-                if (rem)
-                    tile_update<Kind, false, true, First, Arch, T>(t, r, jt, 0, last, keep);
+                    tile_update<Kind, false, First, Arch, T>(
+                        t, r, j, 0, load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, in + j, 0));
+                if (rem) // a padded batch: only its first rem lanes are loaded and stored
+                    tile_update<Kind, true, First, Arch, T>(
+                        t, r, full, rem, load_operands<Kind, true, Arch, T>(t.x, t.g, t.a, in + full, rem));
             }
         }
 
         /// Rows stream past in memory order; the column accumulators live in t.acc (a few KB,
         /// cache-resident), so the tile is read row by row, contiguously. A row whose length is
-        /// not a multiple of the lanes ends with a batch overlapping the previous one, its
-        /// already-counted lanes masked off (its operands are loaded before the row's outputs
-        /// are written, so an output aliasing an input would still be right).
+        /// not a multiple of the lanes ends with a padded batch (partial loads and stores of
+        /// the inputs, outputs and column accumulators).
         template <bn_sums Kind, class Arch, class T, class IO>
         void tile(const bn_tile<T, IO>& t) noexcept
         {
@@ -354,11 +339,10 @@ namespace xgrad::cpu::simd
             }
         }
 
-        /// One segment of n >= lanes elements at base into the accumulators acc0, acc1: whole
+        /// One segment of n >= 1 elements at base into the accumulators acc0, acc1: whole
         /// batches alternate between them; if n is not a multiple of the lanes, the segment ends
-        /// with a batch overlapping the previous one, its already-counted lanes masked off, into
-        /// acc1 (its operands are loaded first, so an output aliasing an input would still be
-        /// right).
+        /// with a padded batch of its last n % lanes elements into acc1, the padding masked off
+        /// by `keep`.
         template <bn_sums Kind, class Arch, class T, class IO>
         void run_segment(const bn_run<T, IO>& r, std::int64_t base, batch<Arch, T>* acc0, batch<Arch, T>* acc1,
                          const batch<Arch, T>& m, const batch<Arch, T>& k,
@@ -371,7 +355,6 @@ namespace xgrad::cpu::simd
                 if constexpr (Kind == bn_sums::grad_out)
                     store_io<Arch, T, false>(r.out + i, B(g * k), 0);
             };
-            const auto last = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + (rem ? r.n - w : 0), 0);
             std::int64_t i = 0;
             for (; i + 2 * w <= full; i += 2 * w)
             {
@@ -390,8 +373,12 @@ namespace xgrad::cpu::simd
             }
             if (rem)
             {
-                add_terms_masked<Kind, Arch, T>(acc1, last, m, keep);
-                out(base + r.n - w, last.g);
+                // A padded batch of the last rem elements (loaded in memory order, after the
+                // rest), its padding masked off.
+                const auto v = load_operands<Kind, true, Arch, T>(r.x, r.g, r.a, base + full, rem);
+                add_terms_masked<Kind, Arch, T>(acc1, v, m, keep);
+                if constexpr (Kind == bn_sums::grad_out)
+                    store_io<Arch, T, true>(r.out + base + full, B(v.g * k), rem);
             }
         }
 
@@ -409,7 +396,7 @@ namespace xgrad::cpu::simd
                 for (std::int64_t ci = 0; ci < r.nc; ++ci)
                     for (int s = 0; s < 2 * K; ++s)
                         zero.store_unaligned(r.state + ci * state + s * bn_state_lanes);
-            const auto keep = r.n < w ? !lanes_from<Arch, T>(r.n) : lanes_from<Arch, T>(w - r.n % w);
+            const auto keep = !lanes_from<Arch, T>(r.n % w); // the lanes of a padded last batch
             for (std::int64_t o = 0; o < r.no; ++o)
                 for (std::int64_t ci = 0; ci < r.nc; ++ci)
                 {
@@ -423,16 +410,7 @@ namespace xgrad::cpu::simd
                     const B m = reads_m<Kind> ? B(r.m[ci]) : zero;
                     const B k = Kind == bn_sums::grad_out ? B(r.k[ci]) : zero;
                     const std::int64_t base = o * r.o_stride + ci * r.c_stride;
-                    if (r.n >= w)
-                        run_segment<Kind, Arch, T, IO>(r, base, acc0, acc1, m, k, keep);
-                    else
-                    {
-                        // A segment shorter than a batch: one padded batch, padding masked off.
-                        const auto v = load_operands<Kind, true, Arch, T>(r.x, r.g, r.a, base, r.n);
-                        add_terms_masked<Kind, Arch, T>(acc1, v, m, keep);
-                        if constexpr (Kind == bn_sums::grad_out)
-                            store_io<Arch, T, true>(r.out + base, B(v.g * k), r.n);
-                    }
+                    run_segment<Kind, Arch, T, IO>(r, base, acc0, acc1, m, k, keep);
                     unroll<Arch, K>::apply([&](auto si) {
                         constexpr int s = decltype(si)::value;
                         acc0[s].store_unaligned(st + s * bn_state_lanes);
@@ -470,10 +448,8 @@ namespace xgrad::cpu::simd
         };
 
         /// Rows of n elements; a row whose length is not a multiple of the lanes ends with a
-        /// batch overlapping the previous one (the overlapped elements are recomputed from the
-        /// same inputs by the same code, so they come out the same; that batch is computed
-        /// before the row is written, so an output aliasing an input would still be right).
-        /// Rows shorter than a batch use one padded batch.
+        /// padded batch of its last n % lanes elements (the same arithmetic, only the real
+        /// lanes stored).
         template <bool HA, bool HG, bool HX, bool PerElem, class Arch, class T, class IO>
         void affine(const bn_affine<T, IO> p) noexcept
         {
@@ -504,12 +480,6 @@ namespace xgrad::cpu::simd
                 const std::int64_t o = row * p.stride, co = row * p.coef_row_stride;
                 for (int q = 0; q < 7; ++q)
                     c[q] = C{p.coef[q] + co, PerElem ? B(T(0)) : B(p.coef[q][co])};
-                if (p.n < w)
-                {
-                    store_io<Arch, T, true>(p.out + o, finish(eval(std::true_type{}, o, 0, p.n)), p.n);
-                    continue;
-                }
-                const B last = finish(eval(std::false_type{}, o, rem ? p.n - w : 0, 0));
                 bool streamed = false;
                 if constexpr (std::is_same_v<IO, T>)
                     if (p.stream)
@@ -521,8 +491,8 @@ namespace xgrad::cpu::simd
                 if (!streamed)
                     for (std::int64_t i = 0; i < full; i += w)
                         store_io<Arch, T, false>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)), 0);
-                if (rem)
-                    store_io<Arch, T, false>(p.out + o + p.n - w, last, 0);
+                if (rem) // a padded batch of the last rem elements
+                    store_io<Arch, T, true>(p.out + o + full, finish(eval(std::true_type{}, o, full, rem)), rem);
             }
         }
 
