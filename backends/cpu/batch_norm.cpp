@@ -121,7 +121,7 @@ namespace xgrad::cpu
                                     using P = decltype(io_type);
                                     simd::bn_tile<S, P> tile{};
                                     io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
-                                             tile.in_stride);
+                                             tile.y, tile.in_stride);
                                     tile.out_stride = tile.in_stride;
                                     tile.nrows = rows;
                                     tile.ncols = t.nvalid;
@@ -188,7 +188,7 @@ namespace xgrad::cpu
                                          run.k = k ? k + b.c0 : nullptr;
                                          run.state = state.data();
                                          run.sums = local.data();
-                                         io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out,
+                                         io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out, run.y,
                                                   run.c_stride);
                                          run.no = step;
                                          run.init = o == 0;
@@ -268,19 +268,20 @@ namespace xgrad::cpu
             // pa, pg, px: P = S (staged) or T (in place), as in.begin handed them out.
             auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
                             std::int64_t rows, std::int64_t n, std::int64_t stride, const auto* pa, const auto* pg,
-                            const auto* px, const S* const* coef, std::int64_t coef_stride,
+                            const auto* px, const auto* py, const S* const* coef, std::int64_t coef_stride,
                             std::int64_t coef_row_stride) {
                 using P = std::remove_const_t<std::remove_pointer_t<decltype(px)>>;
                 // Staged like the inputs, so that all pointers share one row stride.
                 const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c, nullptr, in.staged()};
-                const P *unused_x, *unused_g, *unused_a;
+                const P *unused_x, *unused_g, *unused_a, *unused_y;
                 P* pout = nullptr;
                 std::int64_t pstride = 0;
-                out.begin(scr, offset, rows, n, stride, unused_x, unused_g, unused_a, pout, pstride);
+                out.begin(scr, offset, rows, n, stride, unused_x, unused_g, unused_a, pout, unused_y, pstride);
                 simd::bn_affine<S, P> p{};
                 p.out = pout;
                 p.a = o.a ? pa : nullptr;
                 p.g = o.g ? pg : nullptr;
+                p.y = o.g ? py : nullptr;
                 p.x = o.x ? px : nullptr;
                 for (int q = 0; q < 7; ++q)
                     p.coef[q] = coef[q];
@@ -326,12 +327,13 @@ namespace xgrad::cpu
                                          const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
                                          with_pointers(in, [&](auto io_type) {
                                              using P = decltype(io_type);
-                                             const P *px = nullptr, *pg = nullptr, *pa = nullptr;
+                                             const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
                                              P* unused_out = nullptr;
                                              std::int64_t pstride = 0;
-                                             in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, pstride);
+                                             in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, py, pstride);
                                              for (int o = 0; o < nouts; ++o)
-                                                 call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, coef[o], 1, 0);
+                                                 call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, py, coef[o], 1,
+                                                      0);
                                          });
                                      }
                                  }
@@ -352,16 +354,17 @@ namespace xgrad::cpu
                                      const std::int64_t off = b.o0 * geo.ostride + (b.c0 + ci) * geo.inner + b.i0;
                                      with_pointers(in, [&](auto io_type) {
                                          using P = decltype(io_type);
-                                         const P *px = nullptr, *pg = nullptr, *pa = nullptr;
+                                         const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
                                          P* unused_out = nullptr;
                                          std::int64_t pstride = 0;
-                                         in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, pstride);
+                                         in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, py, pstride);
                                          for (int q = 0; q < nouts; ++q)
                                          {
                                              const S* coef[7];
                                              for (int k = 0; k < 7; ++k)
                                                  coef[k] = outs[q].coef + k * C + b.c0 + ci;
-                                             call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, coef, 0, 0);
+                                             call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, py, coef, 0,
+                                                  0);
                                          }
                                      });
                                  }

@@ -57,11 +57,11 @@ namespace xgrad::cpu::bn_detail
     }
 
     /// The x-like operands of one kernel call, handed to the SIMD functors in place (as T: when
-    /// T is S, or bfloat16, which the functors convert in registers), or staged piece by piece
-    /// into per-thread scratch in S: always for float16 (converted), and for the others when g
-    /// is masked by a fused ReLU's output y (copied or converted, g masked) or when force_stage
-    /// (an output written beside staged inputs, so that all pointers share the packed row
-    /// stride).
+    /// T is S, or bfloat16, which the functors convert in registers; a fused ReLU's output y
+    /// is then handed over too, and the functors mask g with it), or staged piece by piece into
+    /// per-thread scratch in S: always for float16 (converted, g masked here), and when
+    /// force_stage (an output written beside staged inputs, so that all pointers share the
+    /// packed row stride).
     template <class T, class S>
     struct operands
     {
@@ -77,7 +77,7 @@ namespace xgrad::cpu::bn_detail
         const T* y = nullptr;
         bool force_stage = false;
 
-        bool staged() const noexcept { return !in_place || y != nullptr || force_stage; }
+        bool staged() const noexcept { return !in_place || force_stage; }
 
         /// Per-thread buffers for one piece (empty when nothing is staged).
         struct scratch
@@ -92,12 +92,14 @@ namespace xgrad::cpu::bn_detail
 
         /// Pointers to rows [0, rows) of n elements starting at element `offset`, rows `stride`
         /// apart; `stride_out` receives the row stride of the pointers returned. P is T when
-        /// !staged() (the tensors themselves), S when staged() (scratch: inputs are staged now,
-        /// a staged output is written back by finish()).
+        /// !staged() (the tensors themselves; py: y, for the functors to mask g with), S when
+        /// staged() (scratch: inputs are staged now, g already masked, py null; a staged output
+        /// is written back by finish()).
         template <class P>
         void begin(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
-                   const P*& px, const P*& pg, const P*& pa, P*& pout, std::int64_t& stride_out) const
+                   const P*& px, const P*& pg, const P*& pa, P*& pout, const P*& py, std::int64_t& stride_out) const
         {
+            py = nullptr;
             if (!staged())
             {
                 if constexpr (std::is_same_v<P, T>)
@@ -106,6 +108,7 @@ namespace xgrad::cpu::bn_detail
                     pg = g ? g + offset : nullptr;
                     pa = a ? a + offset : nullptr;
                     pout = out ? out + offset : nullptr;
+                    py = g && y ? y + offset : nullptr;
                     stride_out = stride;
                 }
                 return;

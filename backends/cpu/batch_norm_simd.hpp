@@ -60,6 +60,7 @@ namespace xgrad::cpu::simd
         const IO* g;
         const IO* a;
         IO* out;
+        const IO* y; // not null: g is read as (y > 0 ? g : 0), a fused ReLU's backward
         std::int64_t in_stride, out_stride;
         std::int64_t nrows, ncols;
         const T* m;
@@ -88,6 +89,7 @@ namespace xgrad::cpu::simd
         const IO* g;
         const IO* a;
         IO* out;
+        const IO* y; // not null: g is read as (y > 0 ? g : 0), a fused ReLU's backward
         std::int64_t o_stride, c_stride;
         std::int64_t no, nc, n;
         const T* m;
@@ -116,6 +118,7 @@ namespace xgrad::cpu::simd
         const IO* a;
         const IO* g;
         const IO* x;
+        const IO* y; // not null: g is read as (y > 0 ? g : 0), a fused ReLU's backward
         const T* coef[7];
         std::int64_t coef_stride, coef_row_stride;
         std::int64_t nrows, n, stride;

@@ -239,11 +239,23 @@ namespace xgrad::cpu::simd
             batch<Arch, T> x, g, a;
         };
 
+        /// g read as (y > 0 ? g : 0) when y is not null (NaN in y masks).
+        template <class Arch, class T, bool Tail, class IO>
+        batch<Arch, T> load_g(const IO* g, const IO* y, std::int64_t i, std::int64_t rem) noexcept
+        {
+            const batch<Arch, T> v = load_io<Arch, T, Tail>(g + i, rem);
+            if (!y)
+                return v;
+            const batch<Arch, T> zero(T(0));
+            return xsimd::select(load_io<Arch, T, Tail>(y + i, rem) > zero, v, zero);
+        }
+
         template <bn_sums Kind, bool Tail, class Arch, class T, class IO>
-        operands<Arch, T> load_operands(const IO* x, const IO* g, const IO* a, std::int64_t i, std::int64_t rem) noexcept
+        operands<Arch, T> load_operands(const IO* x, const IO* g, const IO* a, const IO* y, std::int64_t i,
+                                        std::int64_t rem) noexcept
         {
             const batch<Arch, T> zero(T(0));
-            return {load_io<Arch, T, Tail>(x + i, rem), reads_g<Kind> ? load_io<Arch, T, Tail>(g + i, rem) : zero,
+            return {load_io<Arch, T, Tail>(x + i, rem), reads_g<Kind> ? load_g<Arch, T, Tail>(g, y, i, rem) : zero,
                     reads_a<Kind> ? load_io<Arch, T, Tail>(a + i, rem) : zero};
         }
 
@@ -314,10 +326,10 @@ namespace xgrad::cpu::simd
                 const std::int64_t in = r * t.in_stride;
                 for (std::int64_t j = 0; j < full; j += w)
                     tile_update<Kind, false, First, Arch, T>(
-                        t, r, j, 0, load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, in + j, 0));
+                        t, r, j, 0, load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, t.y, in + j, 0));
                 if (rem) // a padded batch: only its first rem lanes are loaded and stored
                     tile_update<Kind, true, First, Arch, T>(
-                        t, r, full, rem, load_operands<Kind, true, Arch, T>(t.x, t.g, t.a, in + full, rem));
+                        t, r, full, rem, load_operands<Kind, true, Arch, T>(t.x, t.g, t.a, t.y, in + full, rem));
             }
         }
 
@@ -358,8 +370,8 @@ namespace xgrad::cpu::simd
             std::int64_t i = 0;
             for (; i + 2 * w <= full; i += 2 * w)
             {
-                const auto v0 = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + i, 0);
-                const auto v1 = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + i + w, 0);
+                const auto v0 = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, r.y, base + i, 0);
+                const auto v1 = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, r.y, base + i + w, 0);
                 add_terms<Kind, Arch, T>(acc0, v0.x, v0.g, v0.a, m);
                 add_terms<Kind, Arch, T>(acc1, v1.x, v1.g, v1.a, m);
                 out(base + i, v0.g);
@@ -367,7 +379,7 @@ namespace xgrad::cpu::simd
             }
             if (i < full)
             {
-                const auto v = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, base + i, 0);
+                const auto v = load_operands<Kind, false, Arch, T>(r.x, r.g, r.a, r.y, base + i, 0);
                 add_terms<Kind, Arch, T>(acc0, v.x, v.g, v.a, m);
                 out(base + i, v.g);
             }
@@ -375,7 +387,7 @@ namespace xgrad::cpu::simd
             {
                 // A padded batch of the last rem elements (loaded in memory order, after the
                 // rest), its padding masked off.
-                const auto v = load_operands<Kind, true, Arch, T>(r.x, r.g, r.a, base + full, rem);
+                const auto v = load_operands<Kind, true, Arch, T>(r.x, r.g, r.a, r.y, base + full, rem);
                 add_terms_masked<Kind, Arch, T>(acc1, v, m, keep);
                 if constexpr (Kind == bn_sums::grad_out)
                     store_io<Arch, T, true>(r.out + base + full, B(v.g * k), rem);
@@ -466,7 +478,7 @@ namespace xgrad::cpu::simd
                                    B(load_io<Arch, T, Tail>(p.x + o + i, rem) - c[5].template at<Tail>(i, rem)), r);
                 if constexpr (HG)
                     r = xsimd::fma(c[2].template at<Tail>(i, rem),
-                                   B(load_io<Arch, T, Tail>(p.g + o + i, rem) - c[3].template at<Tail>(i, rem)), r);
+                                   B(load_g<Arch, T, Tail>(p.g, p.y, o + i, rem) - c[3].template at<Tail>(i, rem)), r);
                 if constexpr (HA)
                     r = xsimd::fma(c[0].template at<Tail>(i, rem),
                                    B(load_io<Arch, T, Tail>(p.a + o + i, rem) - c[1].template at<Tail>(i, rem)), r);
