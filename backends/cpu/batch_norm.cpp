@@ -201,7 +201,7 @@ namespace xgrad::cpu
             return coef;
         }
 
-        template <class T, class S>
+        template <class T>
         const T* advanced(const void* p, std::int64_t off) noexcept
         {
             return p ? static_cast<const T*>(p) + off : nullptr;
@@ -343,7 +343,7 @@ namespace xgrad::cpu
             // Per block: the sums, then dx from them, dy and x read from DRAM once.
             for_channel_blocks(outer, C, inner, sizeof(T), 2, [&](std::int64_t c0, const geometry& geo) {
                 const std::int64_t off = c0 * inner, nc = geo.C;
-                const T *xb = advanced<T, S>(x, off), *gb = advanced<T, S>(dy, off), *yb = advanced<T, S>(y, off);
+                const T *xb = advanced<T>(x, off), *gb = advanced<T>(dy, off), *yb = advanced<T>(y, off);
                 const auto sums = reduce(geo, bn_sums::grad, operands<T, S>{xb, gb, nullptr, nullptr, f16c, yb},
                                          mp + c0, static_cast<const S*>(nullptr));
                 std::copy(sums.begin(), sums.begin() + nc, s1 + c0);

@@ -1,18 +1,16 @@
 #pragma once
-// Internal to the CPU backend: the 16-bit staging of the fast batch-norm kernels
-// (batch_norm.cpp). Kept apart from the kernels because it is a separate concern: the kernels
-// and the SIMD functors (batch_norm_simd.hpp) work in the statistics type S only, and this is
-// where float16 / bfloat16 tensors meet them.
+// Internal to the CPU backend: the float16 staging of the fast batch-norm kernels
+// (batch_norm.cpp), and `operands`, which hands the SIMD functors (batch_norm_simd.hpp) their
+// x-like pointers. Kept apart from the kernels because it is a separate concern: where the
+// tensors' dtypes meet the functors' arithmetic type S.
 //
-// - 16-bit tensors are converted to float in cache-resident pieces (at most `piece` or
+// - float32, float64 and bfloat16 tensors are read and written in place by the functors
+//   (bfloat16 converted in registers).
+// - float16 tensors are converted to float in cache-resident pieces (at most `piece` or
 //   run_span elements per input) just before the SIMD code reads them, and outputs rounded to
-//   16 bits once, after it: float16 with F16C (simd::f16_to_f32_f16c / f32_to_f16_f16c of
-//   kernels_avx2.cpp) when use_f16c(), bfloat16 with SSE2 integer code equal to
-//   xgrad::to_bfloat16, else convert.hpp.
-// widen_rows / narrow_rows are defined, with the SSE2 bfloat16 code, in batch_norm_convert.cpp
-// (built with the default flags, like batch_norm.cpp), for T = float16_t and bfloat16_t only:
-// operands never converts when T is S.
-#include <algorithm>
+//   16 bits once, after it: with F16C (simd::f16_to_f32_f16c / f32_to_f16_f16c of
+//   kernels_avx2.cpp) when use_f16c(), else convert.hpp. widen_rows / narrow_rows are defined
+//   in batch_norm_convert.cpp (built with the default flags, like batch_norm.cpp).
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -21,18 +19,12 @@
 
 namespace xgrad::cpu::bn_detail
 {
-    /// 16-bit conversion of rows of n elements, `stride` apart in the tensor, packed in the
-    /// scratch buffer (one run when the rows are contiguous).
-    template <class T>
-    void widen_rows(float* dst, const T* src, std::int64_t rows, std::int64_t n, std::int64_t stride, bool f16c);
-
-    template <class T>
-    void narrow_rows(T* dst, const float* src, std::int64_t rows, std::int64_t n, std::int64_t stride, bool f16c);
-
-    extern template void widen_rows(float*, const float16_t*, std::int64_t, std::int64_t, std::int64_t, bool);
-    extern template void widen_rows(float*, const bfloat16_t*, std::int64_t, std::int64_t, std::int64_t, bool);
-    extern template void narrow_rows(float16_t*, const float*, std::int64_t, std::int64_t, std::int64_t, bool);
-    extern template void narrow_rows(bfloat16_t*, const float*, std::int64_t, std::int64_t, std::int64_t, bool);
+    /// float16 rows of n elements, `stride` apart in the tensor, converted to and from the
+    /// packed scratch buffer (one run when the rows are contiguous).
+    void widen_rows(float* dst, const float16_t* src, std::int64_t rows, std::int64_t n, std::int64_t stride,
+                    bool f16c);
+    void narrow_rows(float16_t* dst, const float* src, std::int64_t rows, std::int64_t n, std::int64_t stride,
+                     bool f16c);
 
     /// g[j] = y[j] > 0 ? g[j] : 0 for j < n (the fused ReLU's backward; NaN in y masks).
     template <class S>
@@ -42,26 +34,11 @@ namespace xgrad::cpu::bn_detail
             g[j] = y[j] > S(0) ? g[j] : S(0);
     }
 
-    /// Rows of n elements, `stride` apart, copied into a packed buffer (or back).
-    template <class S>
-    void pack_rows(S* dst, const S* src, std::int64_t rows, std::int64_t n, std::int64_t stride) noexcept
-    {
-        for (std::int64_t r = 0; r < rows; ++r)
-            std::copy(src + r * stride, src + r * stride + n, dst + r * n);
-    }
-    template <class S>
-    void unpack_rows(S* dst, const S* src, std::int64_t rows, std::int64_t n, std::int64_t stride) noexcept
-    {
-        for (std::int64_t r = 0; r < rows; ++r)
-            std::copy(src + r * n, src + r * n + n, dst + r * stride);
-    }
-
     /// The x-like operands of one kernel call, handed to the SIMD functors in place (as T: when
     /// T is S, or bfloat16, which the functors convert in registers; a fused ReLU's output y
-    /// is then handed over too, and the functors mask g with it), or staged piece by piece into
-    /// per-thread scratch in S: always for float16 (converted, g masked here), and when
-    /// force_stage (an output written beside staged inputs, so that all pointers share the
-    /// packed row stride).
+    /// is then handed over too, and the functors mask g with it), or, for float16, staged piece
+    /// by piece into per-thread scratch in S (converted, g masked here; outputs converted back
+    /// by finish()).
     template <class T, class S>
     struct operands
     {
@@ -75,9 +52,8 @@ namespace xgrad::cpu::bn_detail
         bool f16c;
         /// Not null: g is read as (y > 0 ? g : 0).
         const T* y = nullptr;
-        bool force_stage = false;
 
-        bool staged() const noexcept { return !in_place || force_stage; }
+        static constexpr bool staged() noexcept { return !in_place; }
 
         /// Per-thread buffers for one piece (empty when nothing is staged).
         struct scratch
@@ -100,7 +76,7 @@ namespace xgrad::cpu::bn_detail
                    const P*& px, const P*& pg, const P*& pa, P*& pout, const P*& py, std::int64_t& stride_out) const
         {
             py = nullptr;
-            if (!staged())
+            if constexpr (!staged())
             {
                 if constexpr (std::is_same_v<P, T>)
                 {
@@ -113,7 +89,7 @@ namespace xgrad::cpu::bn_detail
                 }
                 return;
             }
-            if constexpr (std::is_same_v<P, S>)
+            else if constexpr (std::is_same_v<P, S>)
                 stage(s, offset, rows, n, stride, px, pg, pa, pout, stride_out);
         }
 
@@ -121,10 +97,7 @@ namespace xgrad::cpu::bn_detail
                    const S*& px, const S*& pg, const S*& pa, S*& pout, std::int64_t& stride_out) const
         {
             auto stage = [&](std::vector<S>& dst, const T* src) {
-                if constexpr (direct)
-                    pack_rows(dst.data(), src + offset, rows, n, stride);
-                else
-                    widen_rows(dst.data(), src + offset, rows, n, stride, f16c);
+                widen_rows(dst.data(), src + offset, rows, n, stride, f16c);
                 return dst.data();
             };
             px = x ? stage(s.x, x) : nullptr;
@@ -139,12 +112,9 @@ namespace xgrad::cpu::bn_detail
         void finish(const scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n,
                     std::int64_t stride) const
         {
-            if (!out || !staged())
-                return;
-            if constexpr (direct)
-                unpack_rows(out + offset, s.out.data(), rows, n, stride);
-            else
-                narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);
+            if constexpr (staged())
+                if (out)
+                    narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);
         }
     };
 }

@@ -27,15 +27,15 @@ namespace xgrad::cpu::bn_detail
     // Reductions: sums[s * C + c] for s < bn_sum_count(kind); kind grad_out also writes
     // out = g * k[c]. m, k: per channel (null when the kind does not read them).
 
-    /// f(P{}) with P the element type of the pointers io.begin hands out: S when io stages
-    /// (scratch), else T (the tensors themselves).
+    /// f(P{}) with P the element type of the pointers operands<T, S>::begin hands out: S when it
+    /// stages (scratch), else T (the tensors themselves).
     template <class T, class S, class F>
-    void with_pointers(const operands<T, S>& io, F&& f)
+    void with_pointers(const operands<T, S>&, F&& f)
     {
-        if constexpr (operands<T, S>::in_place && !std::is_same_v<T, S>)
-            if (!io.staged())
-                return f(T{});
-        f(S{});
+        if constexpr (operands<T, S>::staged())
+            f(S{});
+        else
+            f(T{});
     }
 
     template <class T, class S>
@@ -234,8 +234,7 @@ namespace xgrad::cpu::bn_detail
                         const auto* px, const auto* py, const S* const* coef, std::int64_t coef_stride,
                         std::int64_t coef_row_stride) {
             using P = std::remove_const_t<std::remove_pointer_t<decltype(px)>>;
-            // Staged like the inputs, so that all pointers share one row stride.
-            const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c, nullptr, in.staged()};
+            const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c}; // staged iff the inputs are
             const P *unused_x, *unused_g, *unused_a, *unused_y;
             P* pout = nullptr;
             std::int64_t pstride = 0;
