@@ -90,12 +90,11 @@ namespace xgrad::cpu::simd
             {
                 static_assert(std::is_same_v<T, float> && sizeof(IO) == 2, "bfloat16 tensors with float arithmetic");
                 constexpr std::int64_t w = lanes<Arch, T>;
-                const auto* u = reinterpret_cast<const std::uint16_t*>(p);
+                const void* u = p;
                 alignas(64) std::uint16_t buf[8] = {};
                 if constexpr (Tail)
                 {
-                    for (std::int64_t j = 0; j < rem; ++j)
-                        buf[j] = u[j];
+                    __builtin_memcpy(buf, p, static_cast<unsigned long>(rem) * sizeof(IO));
                     u = buf;
                 }
                 if constexpr (w == 8)
@@ -120,7 +119,7 @@ namespace xgrad::cpu::simd
             {
                 constexpr std::int64_t w = lanes<Arch, T>;
                 alignas(64) std::uint16_t buf[8];
-                std::uint16_t* u = Tail ? buf : reinterpret_cast<std::uint16_t*>(p);
+                void* u = Tail ? static_cast<void*>(buf) : static_cast<void*>(p);
                 if constexpr (w == 8)
                 {
                     const __m256i x = _mm256_castps_si256(v);
@@ -153,8 +152,7 @@ namespace xgrad::cpu::simd
                     _mm_storel_epi64(reinterpret_cast<__m128i*>(u), packed);
                 }
                 if constexpr (Tail)
-                    for (std::int64_t j = 0; j < rem; ++j)
-                        reinterpret_cast<std::uint16_t*>(p)[j] = buf[j];
+                    __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
             }
         }
 
