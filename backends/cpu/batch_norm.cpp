@@ -35,8 +35,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <emmintrin.h> // _mm_sfence
-
 #include "backends/cpu/batch_norm_convert.hpp"
 #include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/batch_norm_plan.hpp"

@@ -54,43 +54,41 @@ namespace xgrad::cpu::bn_detail
         const T* y = nullptr;
 
         static constexpr bool staged() noexcept { return !in_place; }
+        /// The element type of the pointers begin() hands out: S (scratch) when staged, else T.
+        using ptr_type = std::conditional_t<staged(), S, T>;
 
         /// Per-thread buffers for one piece (empty when nothing is staged).
         struct scratch
         {
             std::vector<S> x, g, a, out, y;
-            scratch(std::int64_t n, bool staged)
+            explicit scratch(std::int64_t n)
             {
-                const auto m = static_cast<std::size_t>(staged ? n : 0);
+                const auto m = static_cast<std::size_t>(staged() ? n : 0);
                 x.resize(m), g.resize(m), a.resize(m), out.resize(m), y.resize(m);
             }
         };
 
         /// Pointers to rows [0, rows) of n elements starting at element `offset`, rows `stride`
-        /// apart; `stride_out` receives the row stride of the pointers returned. P is T when
-        /// !staged() (the tensors themselves; py: y, for the functors to mask g with), S when
-        /// staged() (scratch: inputs are staged now, g already masked, py null; a staged output
-        /// is written back by finish()).
-        template <class P>
+        /// apart; `stride_out` receives the row stride of the pointers returned. Not staged: the
+        /// tensors themselves, and py = y for the functors to mask g with. Staged: scratch
+        /// (inputs are staged now, g already masked, py null; a staged output is written back by
+        /// finish()).
         void begin(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
-                   const P*& px, const P*& pg, const P*& pa, P*& pout, const P*& py, std::int64_t& stride_out) const
+                   const ptr_type*& px, const ptr_type*& pg, const ptr_type*& pa, ptr_type*& pout,
+                   const ptr_type*& py, std::int64_t& stride_out) const
         {
             py = nullptr;
-            if constexpr (!staged())
-            {
-                if constexpr (std::is_same_v<P, T>)
-                {
-                    px = x ? x + offset : nullptr;
-                    pg = g ? g + offset : nullptr;
-                    pa = a ? a + offset : nullptr;
-                    pout = out ? out + offset : nullptr;
-                    py = g && y ? y + offset : nullptr;
-                    stride_out = stride;
-                }
-                return;
-            }
-            else if constexpr (std::is_same_v<P, S>)
+            if constexpr (staged())
                 stage(s, offset, rows, n, stride, px, pg, pa, pout, stride_out);
+            else
+            {
+                px = x ? x + offset : nullptr;
+                pg = g ? g + offset : nullptr;
+                pa = a ? a + offset : nullptr;
+                pout = out ? out + offset : nullptr;
+                py = g && y ? y + offset : nullptr;
+                stride_out = stride;
+            }
         }
 
         void stage(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,

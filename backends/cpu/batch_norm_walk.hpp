@@ -27,21 +27,11 @@ namespace xgrad::cpu::bn_detail
     // Reductions: sums[s * C + c] for s < bn_sum_count(kind); kind grad_out also writes
     // out = g * k[c]. m, k: per channel (null when the kind does not read them).
 
-    /// f(P{}) with P the element type of the pointers operands<T, S>::begin hands out: S when it
-    /// stages (scratch), else T (the tensors themselves).
-    template <class T, class S, class F>
-    void with_pointers(const operands<T, S>&, F&& f)
-    {
-        if constexpr (operands<T, S>::staged())
-            f(S{});
-        else
-            f(T{});
-    }
-
     template <class T, class S>
     void reduce_tiles(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
                       S* sums)
     {
+        using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
         const std::int64_t G = geo.groups, inner = geo.inner, C = geo.C, cols = geo.cols, cb = geo.cb,
                            rs = geo.rstride;
@@ -55,7 +45,7 @@ namespace xgrad::cpu::bn_detail
                 std::vector<S> acc(static_cast<std::size_t>(K * cb)), mcol(static_cast<std::size_t>(cb)),
                     kcol(static_cast<std::size_t>(cb)), blocks(static_cast<std::size_t>(B * K * gpb));
                 const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                typename operands<T, S>::scratch scr(sub_rows * cb, io.staged());
+                typename operands<T, S>::scratch scr(sub_rows * cb);
                 for (std::int64_t item = begin; item < end; ++item)
                 {
                     const std::int64_t gb = item / geo.col_blocks, cbi = item % geo.col_blocks;
@@ -80,21 +70,18 @@ namespace xgrad::cpu::bn_detail
                         for (std::int64_t r = 0; r < t.nr; r += step)
                         {
                             const std::int64_t rows = std::min(step, t.nr - r);
-                            with_pointers(io, [&](auto io_type) {
-                                using P = decltype(io_type);
-                                simd::bn_tile<S, P> tile{};
-                                io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
-                                         tile.y, tile.in_stride);
-                                tile.out_stride = tile.in_stride;
-                                tile.nrows = rows;
-                                tile.ncols = t.nvalid;
-                                tile.m = mcol.data();
-                                tile.k = kcol.data();
-                                tile.acc = acc.data();
-                                tile.acc_stride = cb;
-                                tile.accumulate = r > 0;
-                                simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
-                            });
+                            simd::bn_tile<S, P> tile{};
+                            io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
+                                     tile.y, tile.in_stride);
+                            tile.out_stride = tile.in_stride;
+                            tile.nrows = rows;
+                            tile.ncols = t.nvalid;
+                            tile.m = mcol.data();
+                            tile.k = kcol.data();
+                            tile.acc = acc.data();
+                            tile.acc_stride = cb;
+                            tile.accumulate = r > 0;
+                            simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
                             io.finish(scr, base + r * rs, rows, t.nvalid, rs);
                         }
                         for (int s = 0; s < K; ++s)
@@ -123,6 +110,7 @@ namespace xgrad::cpu::bn_detail
     void reduce_runs(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
                      S* sums)
     {
+        using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
         const std::int64_t C = geo.C, ipc = geo.items_per_channel, o_stride = geo.ostride;
         // partial[(c * ipc + q) * K + s]
@@ -131,7 +119,7 @@ namespace xgrad::cpu::bn_detail
                      [&](std::int64_t begin, std::int64_t end) {
                          std::vector<S> state(static_cast<std::size_t>(geo.run_cb * simd::bn_run_state_size(kind))),
                              local(static_cast<std::size_t>(geo.run_cb * K));
-                         typename operands<T, S>::scratch scr(std::max(run_span, run_item), io.staged());
+                         typename operands<T, S>::scratch scr(std::max(run_span, run_item));
                          for (std::int64_t item = begin; item < end; ++item)
                          {
                              const auto b = geo.run_block(item);
@@ -141,23 +129,20 @@ namespace xgrad::cpu::bn_detail
                              for (std::int64_t o = 0; o < b.no; o += step)
                              {
                                  const std::int64_t off = base + o * o_stride;
-                                 with_pointers(io, [&](auto io_type) {
-                                     using P = decltype(io_type);
-                                     simd::bn_run<S, P> run{};
-                                     run.o_stride = o_stride;
-                                     run.nc = b.nc;
-                                     run.n = b.n;
-                                     run.m = m ? m + b.c0 : nullptr;
-                                     run.k = k ? k + b.c0 : nullptr;
-                                     run.state = state.data();
-                                     run.sums = local.data();
-                                     io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out, run.y,
-                                              run.c_stride);
-                                     run.no = step;
-                                     run.init = o == 0;
-                                     run.finish = o + step == b.no;
-                                     simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, P>*>(&run), kind);
-                                 });
+                                 simd::bn_run<S, P> run{};
+                                 run.o_stride = o_stride;
+                                 run.nc = b.nc;
+                                 run.n = b.n;
+                                 run.m = m ? m + b.c0 : nullptr;
+                                 run.k = k ? k + b.c0 : nullptr;
+                                 run.state = state.data();
+                                 run.sums = local.data();
+                                 io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out, run.y,
+                                          run.c_stride);
+                                 run.no = step;
+                                 run.init = o == 0;
+                                 run.finish = o + step == b.no;
+                                 simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, P>*>(&run), kind);
                                  io.finish(scr, off, b.nc, b.n, geo.inner);
                              }
                              for (std::int64_t ci = 0; ci < b.nc; ++ci)
@@ -228,12 +213,12 @@ namespace xgrad::cpu::bn_detail
             if (streaming)
                 _mm_sfence();
         };
-        // pa, pg, px: P = S (staged) or T (in place), as in.begin handed them out.
+        // pa, pg, px, py: as in.begin handed them out (scratch when staged, else the tensors).
+        using P = typename operands<T, S>::ptr_type;
         auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
-                        std::int64_t rows, std::int64_t n, std::int64_t stride, const auto* pa, const auto* pg,
-                        const auto* px, const auto* py, const S* const* coef, std::int64_t coef_stride,
+                        std::int64_t rows, std::int64_t n, std::int64_t stride, const P* pa, const P* pg,
+                        const P* px, const P* py, const S* const* coef, std::int64_t coef_stride,
                         std::int64_t coef_row_stride) {
-            using P = std::remove_const_t<std::remove_pointer_t<decltype(px)>>;
             const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c}; // staged iff the inputs are
             const P *unused_x, *unused_g, *unused_a, *unused_y;
             P* pout = nullptr;
@@ -266,7 +251,7 @@ namespace xgrad::cpu::bn_detail
                              const std::int64_t cb = geo.cb;
                              std::vector<S> cexp(static_cast<std::size_t>(nouts * 7 * cb));
                              const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                             typename operands<T, S>::scratch scr(sub_rows * cb, in.staged());
+                             typename operands<T, S>::scratch scr(sub_rows * cb);
                              for (std::int64_t item = begin; item < end; ++item)
                              {
                                  const auto t = geo.tile_at(item);
@@ -287,16 +272,13 @@ namespace xgrad::cpu::bn_detail
                                  for (std::int64_t r = 0; r < t.nr; r += step)
                                  {
                                      const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
-                                     with_pointers(in, [&](auto io_type) {
-                                         using P = decltype(io_type);
-                                         const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
-                                         P* unused_out = nullptr;
-                                         std::int64_t pstride = 0;
-                                         in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, py, pstride);
-                                         for (int o = 0; o < nouts; ++o)
-                                             call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, py, coef[o], 1,
-                                                  0);
-                                     });
+                                     const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
+                                     P* unused_out = nullptr;
+                                     std::int64_t pstride = 0;
+                                     in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, py, pstride);
+                                     for (int o = 0; o < nouts; ++o)
+                                         call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, py, coef[o], 1,
+                                              0);
                                  }
                              }
                              fence();
@@ -305,7 +287,7 @@ namespace xgrad::cpu::bn_detail
         }
         parallel_for(0, geo.run_items(), std::max<std::int64_t>(1, grain / geo.run_item_elems()),
                      [&](std::int64_t begin, std::int64_t end) {
-                         typename operands<T, S>::scratch scr(std::max(run_span, run_item), in.staged());
+                         typename operands<T, S>::scratch scr(std::max(run_span, run_item));
                          for (std::int64_t item = begin; item < end; ++item)
                          {
                              const auto b = geo.run_block(item);
@@ -314,21 +296,18 @@ namespace xgrad::cpu::bn_detail
                                  // The no segments of one channel (one row per outer index, all
                                  // with the channel's coefficients): one call, not one per segment.
                                  const std::int64_t off = b.o0 * geo.ostride + (b.c0 + ci) * geo.inner + b.i0;
-                                 with_pointers(in, [&](auto io_type) {
-                                     using P = decltype(io_type);
-                                     const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
-                                     P* unused_out = nullptr;
-                                     std::int64_t pstride = 0;
-                                     in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, py, pstride);
-                                     for (int q = 0; q < nouts; ++q)
-                                     {
-                                         const S* coef[7];
-                                         for (int k = 0; k < 7; ++k)
-                                             coef[k] = outs[q].coef + k * C + b.c0 + ci;
-                                         call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, py, coef, 0,
-                                              0);
-                                     }
-                                 });
+                                 const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
+                                 P* unused_out = nullptr;
+                                 std::int64_t pstride = 0;
+                                 in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, py, pstride);
+                                 for (int q = 0; q < nouts; ++q)
+                                 {
+                                     const S* coef[7];
+                                     for (int k = 0; k < 7; ++k)
+                                         coef[k] = outs[q].coef + k * C + b.c0 + ci;
+                                     call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, py, coef, 0,
+                                          0);
+                                 }
                              }
                          }
                          fence();
