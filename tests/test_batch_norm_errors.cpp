@@ -114,10 +114,18 @@ TEST_CASE("grad rule 8: epsilon")
 
 TEST_CASE("grad rule 9: devices")
 {
-    // Only CPU tensors exist in a build without the CUDA kernels; a CUDA tensor cannot even be
-    // created, and says so.
-    CHECK_THROWS_WITH_AS(zeros({3}, dtype::float32, parse_device("cuda:0")), doctest::Contains("cuda:0"),
-                         std::runtime_error);
+    // Without a CUDA device a CUDA tensor cannot even be created, and says so; with one,
+    // tensors of two devices never meet in the gradient.
+    if (cuda_device_count() == 0)
+    {
+        CHECK_THROWS_WITH_AS(zeros({3}, dtype::float32, parse_device("cuda:0")), doctest::Contains("cuda:0"),
+                             std::runtime_error);
+        return;
+    }
+    const device gpu = parse_device("cuda:0");
+    const tensor x = ones({1, 1, 2, 3}), c = ones({3});
+    CHECK_THROWS_WITH_AS(fused_batch_norm_grad(x.to(gpu), x, c, c, c, tensor()), doctest::Contains("cuda:0"),
+                         std::invalid_argument);
 }
 
 TEST_CASE("forward rules")

@@ -27,34 +27,20 @@ namespace xgrad::cpu
         // ---------------------------------------------------------------------------------
         // matmul
 
-        /// How CBLAS (row-major) reads a rows x cols matrix in place: NoTrans when rows are
-        /// contiguous (column stride 1, ld = row stride), Trans when columns are (the matrix is
-        /// the transpose of a row-major cols x rows one, ld = column stride).
+        /// The CBLAS form of a gemm_view (matmul_dims.hpp).
         struct blas_view
         {
             CBLAS_TRANSPOSE trans;
             int ld;
         };
 
-        /// nullopt when BLAS cannot read it in place (overlapping or broadcast rows/columns, or
-        /// a leading dimension above INT_MAX): the caller packs a row-major copy.
         std::optional<blas_view> view_for_blas(std::int64_t rows, std::int64_t cols, std::int64_t row_stride,
                                                std::int64_t col_stride)
         {
-            // A stride of a size-1 dimension is never used: BLAS just needs ld >= max(1, width).
-            if ((col_stride == 1 || cols == 1) && (rows == 1 || row_stride >= std::max<std::int64_t>(1, cols)))
-            {
-                const std::int64_t ld = rows == 1 ? std::max<std::int64_t>(1, cols) : row_stride;
-                if (ld <= INT_MAX)
-                    return blas_view{CblasNoTrans, static_cast<int>(ld)};
-            }
-            if ((row_stride == 1 || rows == 1) && (cols == 1 || col_stride >= std::max<std::int64_t>(1, rows)))
-            {
-                const std::int64_t ld = cols == 1 ? std::max<std::int64_t>(1, rows) : col_stride;
-                if (ld <= INT_MAX)
-                    return blas_view{CblasTrans, static_cast<int>(ld)};
-            }
-            return std::nullopt;
+            const auto v = detail::gemm_view_of(rows, cols, row_stride, col_stride);
+            if (!v)
+                return std::nullopt;
+            return blas_view{v->transposed ? CblasTrans : CblasNoTrans, v->ld};
         }
 
         void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda, const float* b,

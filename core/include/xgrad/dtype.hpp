@@ -58,8 +58,30 @@ namespace xgrad
 
     inline constexpr device cpu_device{device_type::cpu, 0};
 
-    /// Whether this build of xgrad was configured with XGRAD_USE_CUDA.
+    /// Whether this build of xgrad has the CUDA backend (XGRAD_USE_CUDA, or the
+    /// XGRAD_CUDA_ON_CPU test build, whose one device cuda:0 runs on the CPU).
     bool cuda_is_built() noexcept;
     /// Number of CUDA devices visible at run time (0 without CUDA support, driver or device).
     int cuda_device_count() noexcept;
+    /// "CUDA" or "Thrust on OpenMP (host memory)" (the XGRAD_CUDA_ON_CPU build); "" without
+    /// CUDA support.
+    std::string cuda_runtime_name();
+
+    /// Counters of the CUDA backend's caching allocator for one device. Tensor memory comes
+    /// from a cache of freed blocks, so a training loop's steady state allocates no device
+    /// memory: `device_allocations` stops growing while `cache_hits` counts every reuse.
+    struct cuda_memory_stats
+    {
+        std::int64_t allocated_bytes = 0;    // held by live tensors (sizes rounded to the block classes)
+        std::int64_t reserved_bytes = 0;     // taken from the device: live blocks plus the cache
+        std::int64_t device_allocations = 0; // calls to the device allocator (cudaMalloc) so far
+        std::int64_t cache_hits = 0;         // allocations served from the cache so far
+    };
+    /// The counters of `dev` (a cuda device). Throws std::runtime_error naming the device when
+    /// it is not available (as every op on it does), std::invalid_argument for a cpu device.
+    cuda_memory_stats cuda_memory(device dev);
+    /// Hands the cached free blocks of `dev` back to the device (same errors as cuda_memory).
+    void cuda_empty_cache(device dev);
+    /// Waits until every kernel queued on `dev` has run; throws a kernel's error.
+    void cuda_synchronize(device dev);
 }

@@ -19,6 +19,14 @@
 #include <cstring>
 #include <type_traits>
 
+// The conversions are usable in CUDA device code too (the CUDA backend's kernels convert with
+// these very functions, so both backends round alike).
+#if defined(__CUDACC__)
+#define XGRAD_HOST_DEVICE __host__ __device__
+#else
+#define XGRAD_HOST_DEVICE
+#endif
+
 namespace xgrad
 {
     /// IEEE 754 binary16, stored as its bit pattern.
@@ -39,7 +47,7 @@ namespace xgrad
     namespace detail
     {
         /// m / 2^shift rounded to nearest, ties to even. 1 <= shift <= 63.
-        inline std::uint64_t round_shift_rne(std::uint64_t m, int shift) noexcept
+        XGRAD_HOST_DEVICE inline std::uint64_t round_shift_rne(std::uint64_t m, int shift) noexcept
         {
             const std::uint64_t q = m >> shift;
             const std::uint64_t rem = m & ((std::uint64_t{1} << shift) - 1);
@@ -59,7 +67,7 @@ namespace xgrad
         /// 2^DM lands on the smallest normal encoding, again by the layout. Source subnormals
         /// are far below the target's smallest subnormal and give +-0.
         template <int SM, int SE, int DM, int DE>
-        inline std::uint16_t narrow_bits(std::uint64_t bits) noexcept
+        XGRAD_HOST_DEVICE inline std::uint16_t narrow_bits(std::uint64_t bits) noexcept
         {
             static_assert(DM + DE == 15 && DE <= SE && DM < SM);
             constexpr int s_bias = (1 << (SE - 1)) - 1;
@@ -100,21 +108,21 @@ namespace xgrad
             return static_cast<std::uint16_t>(sign | round_shift_rne(m, shift));
         }
 
-        inline std::uint32_t float_bits(float x) noexcept
+        XGRAD_HOST_DEVICE inline std::uint32_t float_bits(float x) noexcept
         {
             std::uint32_t u;
             std::memcpy(&u, &x, sizeof u);
             return u;
         }
 
-        inline std::uint64_t double_bits(double x) noexcept
+        XGRAD_HOST_DEVICE inline std::uint64_t double_bits(double x) noexcept
         {
             std::uint64_t u;
             std::memcpy(&u, &x, sizeof u);
             return u;
         }
 
-        inline float float_from_bits(std::uint32_t u) noexcept
+        XGRAD_HOST_DEVICE inline float float_from_bits(std::uint32_t u) noexcept
         {
             float x;
             std::memcpy(&x, &u, sizeof x);
@@ -122,17 +130,17 @@ namespace xgrad
         }
     }
 
-    inline float16_t to_float16(float x) noexcept
+    XGRAD_HOST_DEVICE inline float16_t to_float16(float x) noexcept
     {
         return {detail::narrow_bits<23, 8, 10, 5>(detail::float_bits(x))};
     }
 
-    inline float16_t to_float16(double x) noexcept
+    XGRAD_HOST_DEVICE inline float16_t to_float16(double x) noexcept
     {
         return {detail::narrow_bits<52, 11, 10, 5>(detail::double_bits(x))};
     }
 
-    inline bfloat16_t to_bfloat16(float x) noexcept
+    XGRAD_HOST_DEVICE inline bfloat16_t to_bfloat16(float x) noexcept
     {
         const std::uint32_t u = detail::float_bits(x);
         if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: quiet it, keep the sign and top payload
@@ -144,12 +152,12 @@ namespace xgrad
         return {static_cast<std::uint16_t>(rounded >> 16)};
     }
 
-    inline bfloat16_t to_bfloat16(double x) noexcept
+    XGRAD_HOST_DEVICE inline bfloat16_t to_bfloat16(double x) noexcept
     {
         return {detail::narrow_bits<52, 11, 7, 8>(detail::double_bits(x))};
     }
 
-    inline float to_float(float16_t h) noexcept
+    XGRAD_HOST_DEVICE inline float to_float(float16_t h) noexcept
     {
         const std::uint32_t sign = static_cast<std::uint32_t>(h.bits & 0x8000u) << 16;
         const std::uint32_t exp = (h.bits >> 10) & 0x1fu;
@@ -165,7 +173,7 @@ namespace xgrad
         return detail::float_from_bits(sign | ((exp + 112u) << 23) | (frac << 13));
     }
 
-    inline float to_float(bfloat16_t h) noexcept
+    XGRAD_HOST_DEVICE inline float to_float(bfloat16_t h) noexcept
     {
         return detail::float_from_bits(static_cast<std::uint32_t>(h.bits) << 16);
     }

@@ -1,0 +1,13 @@
+// matmul of the Thrust-on-OpenMP build, where device memory is host memory: the CPU
+// backend's GEMM (OpenBLAS), which has the same signature and contract. The GPU build uses
+// cuBLAS instead (matmul.cu).
+#include "backends/cuda/cuda_kernels.hpp"
+
+namespace xgrad::cuda
+{
+    void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
+                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+    {
+        cpu::matmul(out, a, a_strides, b, b_strides, dt, batch, m, n, k);
+    }
+}
