@@ -7,6 +7,12 @@
 #                                      build again with ASan+UBSan and run the tests there too
 #                                      (ARGS go to ctest, e.g. `-L gradcheck`)
 #
+# The CUDA backend: where nvcc is installed, the first build compiles it for the GPU (its
+# `cuda` tests skip when no GPU is present). The sanitizer build compiles the same backend
+# sources with g++ on Thrust's OpenMP system (XGRAD_CUDA_ON_CPU) and runs them as cuda:0, so
+# its `cuda_cpu` tests check the backend on every machine. Thrust comes from the CUDA toolkit,
+# or from Debian's libthrust-dev/libcub-dev where there is no toolkit.
+#
 # Environment: BUILD_DIR (default: build, relative to the repository root);
 # SANITIZE_BUILD_DIR (default: $BUILD_DIR-sanitize); XGRAD_SKIP_SANITIZERS=1 skips that stage.
 # Works from any directory; everything happens in the repository root.
@@ -56,6 +62,10 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
 else
   packages=(cmake g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
             nlohmann-json3-dev pkg-config dataset-fashion-mnist)
+  # Thrust and CUB for the CUDA backend's OpenMP test build, when no CUDA toolkit brings them.
+  if [[ $mode == test && ! -f /usr/local/cuda/include/cccl/thrust/version.h ]]; then
+    packages+=(libthrust-dev libcub-dev)
+  fi
   # A build tool: ninja-build if it is there, otherwise make.
   if is_installed ninja-build; then
     packages+=(ninja-build)
@@ -119,7 +129,7 @@ else
   if [[ ${XGRAD_SKIP_SANITIZERS:-0} != 1 ]]; then
     san_dir=${SANITIZE_BUILD_DIR:-$build_dir-sanitize}
     san_args=(-S . -B "$san_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXGRAD_SANITIZE=ON -DXGRAD_USE_CUDA=OFF
-              -DXGRAD_BUILD_EXAMPLES=ON -DXGRAD_BUILD_TESTS=ON)
+              -DXGRAD_CUDA_ON_CPU=ON -DXGRAD_BUILD_EXAMPLES=ON -DXGRAD_BUILD_TESTS=ON)
     if [[ ! -f "$san_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
       san_args+=(-G Ninja)
     fi
@@ -127,6 +137,7 @@ else
     cmake "${san_args[@]}"
     step "Building: cmake --build $san_dir -j$jobs"
     cmake --build "$san_dir" -j"$jobs"
+    # Among these are the CUDA backend's tests on Thrust's OpenMP system (label cuda_cpu).
     step "Testing under ASan+UBSan: ctest --test-dir $san_dir -LE install --output-on-failure -j$jobs $*"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --test-dir "$san_dir" -LE install --output-on-failure -j"$jobs" "$@"
