@@ -308,10 +308,18 @@ namespace xgrad
         const tensor src = detail::raw_contiguous(x);
         tensor y = detail::empty(x.shape(), x.dtype(), dev);
         const std::size_t nbytes = static_cast<std::size_t>(x.numel()) * itemsize(x.dtype());
-        // Through host memory: the source backend copies out, the destination backend copies in.
-        std::vector<unsigned char> host(nbytes);
-        detail::backend_for(x.device()).copy_to_host(host.data(), src.data_ptr(), nbytes);
-        detail::backend_for(dev).copy_from_host(y.data_ptr(), host.data(), nbytes);
+        // CPU memory is host memory, so a copy to or from the CPU is one transfer of the other
+        // backend; between two CUDA devices it goes through a host buffer.
+        if (dev.type == device_type::cpu)
+            detail::backend_for(x.device()).copy_to_host(y.data_ptr(), src.data_ptr(), nbytes);
+        else if (x.device().type == device_type::cpu)
+            detail::backend_for(dev).copy_from_host(y.data_ptr(), src.data_ptr(), nbytes);
+        else
+        {
+            std::vector<unsigned char> host(nbytes);
+            detail::backend_for(x.device()).copy_to_host(host.data(), src.data_ptr(), nbytes);
+            detail::backend_for(dev).copy_from_host(y.data_ptr(), host.data(), nbytes);
+        }
         record("to_device", {x}, {y}, [from = x.device()](function_node&, const std::vector<tensor>& g) {
             return std::vector<tensor>{to_device(g[0], from)};
         });
