@@ -9,6 +9,12 @@
 // - int64 -> float16/bfloat16: the int64 is first rounded to double with round-to-odd, which
 //   keeps the later round-to-nearest-even exact (53 >= 11 + 2 bits), so e.g.
 //   2^60 + 2^52 + 1 -> bfloat16 rounds up as it must, where int64 -> double -> bfloat16 would tie.
+//
+// The element conversions (int64_to_double_round_odd, float_to_int64, widen, convert) are
+// XGRAD_HOST_DEVICE (xgrad/half.hpp): the CUDA backend's copy and fill call these very
+// functions in its kernels, so both backends convert bit for bit alike. They use only what
+// device code has too: integer and IEEE operations, the round-to-nearest int64 <-> float
+// conversions and truncating float -> int64 casts of C++, and ldexp by a power of two (exact).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -50,7 +56,7 @@ namespace xgrad::cpu::detail
     }
 
     /// The int64 v rounded to double with round-to-odd (exact when |v| < 2^53).
-    inline double int64_to_double_round_odd(std::int64_t v) noexcept
+    XGRAD_HOST_DEVICE inline double int64_to_double_round_odd(std::int64_t v) noexcept
     {
         const bool negative = v < 0;
         std::uint64_t mag = negative ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
@@ -67,7 +73,7 @@ namespace xgrad::cpu::detail
     }
 
     template <class F>
-    std::int64_t float_to_int64(F x) noexcept
+    XGRAD_HOST_DEVICE std::int64_t float_to_int64(F x) noexcept
     {
         if (x != x)
             return 0;
@@ -80,7 +86,7 @@ namespace xgrad::cpu::detail
 
     /// The value of v as a float or double (exact for every source except int64 -> float).
     template <class Wide, class From>
-    Wide widen(From v) noexcept
+    XGRAD_HOST_DEVICE Wide widen(From v) noexcept
     {
         if constexpr (std::is_same_v<From, float16_t> || std::is_same_v<From, bfloat16_t>)
             return static_cast<Wide>(to_float(v));
@@ -90,7 +96,7 @@ namespace xgrad::cpu::detail
 
     /// v converted to To (see the file comment for the rules).
     template <class To, class From>
-    To convert(From v) noexcept
+    XGRAD_HOST_DEVICE To convert(From v) noexcept
     {
         if constexpr (std::is_same_v<To, From>)
             return v;

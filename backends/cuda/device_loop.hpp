@@ -28,6 +28,8 @@
 
 #if defined(__CUDACC__)
 #include <thrust/system/cuda/execution_policy.h>
+#else
+#include <thrust/system/omp/execution_policy.h>
 #endif
 /// Marks functions and lambdas that run on the device (and on the host).
 #define XGRAD_HD XGRAD_HOST_DEVICE
@@ -42,6 +44,25 @@ namespace xgrad::cuda::detail
         return thrust::cuda::par_nosync;
 #else
         return thrust::device;
+#endif
+    }
+
+    /// Temporary storage of Thrust's algorithms (e.g. a sort) from the caching allocator: with
+    /// the default policy Thrust would call cudaMalloc and cudaFree on every call.
+    struct scratch_allocator
+    {
+        using value_type = char;
+        char* allocate(std::ptrdiff_t n) { return static_cast<char*>(cuda::allocate(static_cast<std::size_t>(n))); }
+        void deallocate(char* p, std::size_t) noexcept { cuda::deallocate(p); }
+    };
+
+    /// policy() with `alloc` for the algorithm's temporaries. `alloc` must outlive the call.
+    inline auto policy(scratch_allocator& alloc)
+    {
+#if defined(__CUDACC__)
+        return thrust::cuda::par_nosync(alloc);
+#else
+        return thrust::omp::par(alloc);
 #endif
     }
 

@@ -1,28 +1,249 @@
-// STUB: to be written (issue 6).
-#include <stdexcept>
+// The CUDA backend's elementwise kernels: fill, copy (every pair of dtypes), unary, binary and
+// where, with the contracts of backends/cpu/cpu_kernels.hpp.
+//
+// How they are built:
+// - One device thread per output element. The operands' layout is normalised on the host
+//   exactly as the CPU kernels normalise it (nd_index, device_loop.hpp: size-1 dimensions
+//   dropped, ordered by the output's strides, contiguous dimensions merged); a thread maps its
+//   flat index to each operand's offset. When every operand is flat (contiguous in that order,
+//   or one broadcast scalar) the offset is the flat index itself or 0, with no divisions: the
+//   `Flat` instantiation of each kernel.
+// - Element conversions are backends/cpu/convert.hpp's, compiled for the device too, so copy
+//   and fill give the CPU's bits for every dtype pair: float -> 16-bit rounds once to nearest
+//   even, float -> int64 truncates and saturates (NaN -> 0), int64 -> 16-bit rounds through
+//   round-to-odd.
+// - The math is the formula of the CPU reference kernels (backends/cpu/reference.cpp), each
+//   operation one IEEE operation where the CPU's is (nvcc's default -prec-div, -prec-sqrt and
+//   no flush to zero keep division, sqrt and subnormals IEEE; no expression here has an
+//   a * b + c that could contract into an fma). So neg, abs, relu, sqrt, rsqrt (1 / sqrt),
+//   add, sub, mul, div, the comparisons and where give the CPU's bits; exp, log, tanh,
+//   sigmoid and pow use the device's libm (CUDA's math library: 1-2 ulp for exp, log, tanh,
+//   up to 4 ulp for powf), so they may differ from the CPU by a few ulp. (NaN results may
+//   carry another payload: a GPU's default NaN is not x86's.)
+#include <cmath>
+#include <cstdint>
 
+#include "backends/cpu/convert.hpp"
 #include "backends/cuda/device_loop.hpp"
 
 namespace xgrad::cuda
 {
+    namespace elementwise_detail
+    {
+        using detail::nd_index;
+
+        /// Whether every operand of ix is flat: contiguous in the normalised order (its offset
+        /// is the flat index) or a broadcast scalar (every stride 0, offset 0).
+        template <std::size_t N>
+        bool all_flat(const nd_index<N>& ix)
+        {
+            for (std::size_t k = 0; k < N; ++k)
+            {
+                bool scalar = true;
+                for (int d = 0; d < ix.ndim; ++d)
+                    scalar = scalar && ix.strides[k][d] == 0;
+                if (!ix.contiguous[k] && !scalar)
+                    return false;
+            }
+            return true;
+        }
+
+        /// The kernel of one launch: body(offsets) for every flat index of ix.
+        template <std::size_t N, bool Flat, class Body>
+        struct indexed
+        {
+            nd_index<N> ix;
+            Body body;
+
+            XGRAD_HD void operator()(std::int64_t i) const
+            {
+                std::int64_t off[N];
+                if constexpr (Flat)
+                {
+                    for (std::size_t k = 0; k < N; ++k)
+                        off[k] = ix.contiguous[k] ? i : 0;
+                }
+                else
+                    ix.offsets(i, off);
+                body(off);
+            }
+        };
+
+        template <std::size_t N, class Body>
+        void launch(const nd_index<N>& ix, const Body& body)
+        {
+            if (ix.numel <= 0)
+                return;
+            if (all_flat(ix))
+                detail::for_each_index(ix.numel, indexed<N, true, Body>{ix, body});
+            else
+                detail::for_each_index(ix.numel, indexed<N, false, Body>{ix, body});
+        }
+
+        /// Calls f(T{}) for the compute dtypes float32 and float64 (the CPU's visit_compute).
+        template <class F>
+        void visit_compute(dtype dt, F&& f)
+        {
+            if (dt == dtype::float64)
+                f(double{});
+            else
+                f(float{});
+        }
+
+        // ---------------------------------------------------------------------------------
+        // The math: the formulas of backends/cpu/reference.cpp.
+
+        template <class T>
+        XGRAD_HD T apply(unary_op op, T x)
+        {
+            switch (op)
+            {
+            case unary_op::neg: return -x;
+            case unary_op::exp: return std::exp(x);
+            case unary_op::log: return std::log(x);
+            case unary_op::sqrt: return std::sqrt(x);
+            case unary_op::rsqrt: return T(1) / std::sqrt(x);
+            case unary_op::abs: return std::fabs(x);
+            case unary_op::relu: return x < T(0) ? T(0) : x;
+            case unary_op::sigmoid:
+                return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+            case unary_op::tanh: return std::tanh(x);
+            }
+            return x;
+        }
+
+        template <class T>
+        XGRAD_HD T apply(binary_op op, T a, T b)
+        {
+            switch (op)
+            {
+            case binary_op::add: return a + b;
+            case binary_op::sub: return a - b;
+            case binary_op::mul: return a * b;
+            case binary_op::div: return a / b;
+            case binary_op::pow: return std::pow(a, b);
+            case binary_op::eq: return a == b ? T(1) : T(0);
+            case binary_op::ne: return a != b ? T(1) : T(0);
+            case binary_op::lt: return a < b ? T(1) : T(0);
+            case binary_op::le: return a <= b ? T(1) : T(0);
+            case binary_op::gt: return a > b ? T(1) : T(0);
+            case binary_op::ge: return a >= b ? T(1) : T(0);
+            }
+            return a;
+        }
+
+        // ---------------------------------------------------------------------------------
+        // Kernel bodies: operand 0 is the output.
+
+        template <class T>
+        struct fill_body
+        {
+            T* out;
+            T value;
+            XGRAD_HD void operator()(const std::int64_t (&off)[1]) const { out[off[0]] = value; }
+        };
+
+        template <class O, class X>
+        struct copy_body
+        {
+            O* out;
+            const X* x;
+            XGRAD_HD void operator()(const std::int64_t (&off)[2]) const
+            {
+                out[off[0]] = cpu::detail::convert<O>(x[off[1]]);
+            }
+        };
+
+        template <class T>
+        struct unary_body
+        {
+            T* out;
+            const T* x;
+            unary_op op;
+            XGRAD_HD void operator()(const std::int64_t (&off)[2]) const { out[off[0]] = apply(op, x[off[1]]); }
+        };
+
+        template <class T>
+        struct binary_body
+        {
+            T* out;
+            const T* a;
+            const T* b;
+            binary_op op;
+            XGRAD_HD void operator()(const std::int64_t (&off)[3]) const
+            {
+                out[off[0]] = apply(op, a[off[1]], b[off[2]]);
+            }
+        };
+
+        template <class T>
+        struct where_body
+        {
+            T* out;
+            const T* cond;
+            const T* a;
+            const T* b;
+            XGRAD_HD void operator()(const std::int64_t (&off)[4]) const
+            {
+                out[off[0]] = cond[off[1]] != T(0) ? a[off[2]] : b[off[3]];
+            }
+        };
+    }
+
+    using namespace elementwise_detail;
+
     void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape, double value)
     {
-        throw std::logic_error("cuda::fill: not written yet");
+        const auto ix = detail::make_nd_index<1>(ndim, shape, {out_strides});
+        cpu::detail::visit_dtype(dt, [&](auto tag) {
+            using T = decltype(tag);
+            // Converted once on the host, with the device's conversion functions.
+            launch(ix, fill_body<T>{static_cast<T*>(out), cpu::detail::convert<T>(value)});
+        });
     }
-    void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x, const std::int64_t* x_strides, dtype x_dt, int ndim, const std::int64_t* shape)
+
+    void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x, const std::int64_t* x_strides,
+              dtype x_dt, int ndim, const std::int64_t* shape)
     {
-        throw std::logic_error("cuda::copy: not written yet");
+        const auto ix = detail::make_nd_index<2>(ndim, shape, {out_strides, x_strides});
+        cpu::detail::visit_dtype(out_dt, [&](auto out_tag) {
+            cpu::detail::visit_dtype(x_dt, [&](auto x_tag) {
+                using O = decltype(out_tag);
+                using X = decltype(x_tag);
+                launch(ix, copy_body<O, X>{static_cast<O*>(out), static_cast<const X*>(x)});
+            });
+        });
     }
-    void unary(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides, dtype dt, int ndim, const std::int64_t* shape, unary_op op)
+
+    void unary(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+               int ndim, const std::int64_t* shape, unary_op op)
     {
-        throw std::logic_error("cuda::unary: not written yet");
+        const auto ix = detail::make_nd_index<2>(ndim, shape, {out_strides, x_strides});
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            launch(ix, unary_body<T>{static_cast<T*>(out), static_cast<const T*>(x), op});
+        });
     }
-    void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape, binary_op op)
+
+    void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides, const void* b,
+                const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape, binary_op op)
     {
-        throw std::logic_error("cuda::binary: not written yet");
+        const auto ix = detail::make_nd_index<3>(ndim, shape, {out_strides, a_strides, b_strides});
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            launch(ix, binary_body<T>{static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), op});
+        });
     }
-    void where(void* out, const std::int64_t* out_strides, const void* cond, const std::int64_t* cond_strides, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape)
+
+    void where(void* out, const std::int64_t* out_strides, const void* cond, const std::int64_t* cond_strides,
+               const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides, dtype dt,
+               int ndim, const std::int64_t* shape)
     {
-        throw std::logic_error("cuda::where: not written yet");
+        const auto ix = detail::make_nd_index<4>(ndim, shape, {out_strides, cond_strides, a_strides, b_strides});
+        visit_compute(dt, [&](auto tag) {
+            using T = decltype(tag);
+            launch(ix, where_body<T>{static_cast<T*>(out), static_cast<const T*>(cond), static_cast<const T*>(a),
+                                     static_cast<const T*>(b)});
+        });
     }
 }

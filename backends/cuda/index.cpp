@@ -18,7 +18,6 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
-#include <thrust/transform_reduce.h>
 
 #include "backends/cuda/device_loop.hpp"
 
@@ -28,23 +27,37 @@ namespace xgrad::cuda
     {
         using kernels::window2d_dims;
 
-        struct min_index
-        {
-            XGRAD_HD std::int64_t operator()(std::int64_t a, std::int64_t b) const { return a < b ? a : b; }
-        };
-
         /// The first i < n whose idx[i] lies outside [0, limit), or -1. Waits for the device.
+        /// Two for_each passes rather than a Thrust reduction (whose OpenMP version binds a
+        /// null reference, which UBSan reports): `lanes` lanes each find the first bad i of
+        /// their strided subset i = l, l + lanes, ... (neighbouring lanes read neighbouring
+        /// indices), then one index takes the smallest of those and writes it where the host
+        /// reads it back.
         std::int64_t first_bad(const std::int64_t* idx, std::int64_t n, std::int64_t limit)
         {
             if (n <= 0)
                 return -1;
-            const std::int64_t first = thrust::transform_reduce(
-                detail::policy(), thrust::counting_iterator<std::int64_t>(0), thrust::counting_iterator<std::int64_t>(n),
-                [=] XGRAD_HD(std::int64_t i) -> std::int64_t {
-                    const std::int64_t v = idx[i];
-                    return v < 0 || v >= limit ? i : n;
-                },
-                n, min_index{});
+            const std::int64_t lanes = std::min<std::int64_t>(n, 4096);
+            detail::device_buffer buf(sizeof(std::int64_t) * static_cast<std::size_t>(lanes + 1));
+            std::int64_t* firsts = buf.as<std::int64_t>();
+            detail::for_each_index(lanes, [=] XGRAD_HD(std::int64_t l) {
+                std::int64_t found = n;
+                for (std::int64_t i = l; i < n; i += lanes)
+                    if (idx[i] < 0 || idx[i] >= limit)
+                    {
+                        found = i;
+                        break;
+                    }
+                firsts[l] = found;
+            });
+            detail::for_each_index(1, [=] XGRAD_HD(std::int64_t) {
+                std::int64_t m = n;
+                for (std::int64_t l = 0; l < lanes; ++l)
+                    m = firsts[l] < m ? firsts[l] : m;
+                firsts[lanes] = m;
+            });
+            std::int64_t first = n;
+            copy_to_host(&first, firsts + lanes, sizeof first);
             return first < n ? first : -1;
         }
 
@@ -284,7 +297,8 @@ namespace xgrad::cuda
                 pos[i] = i;
             });
             // Stable: equal positions keep increasing i, the CPU's order of addition.
-            thrust::stable_sort_by_key(detail::policy(), keys, keys + n, pos);
+            detail::scratch_allocator scratch;
+            thrust::stable_sort_by_key(detail::policy(scratch), keys, keys + n, pos);
         }
         switch (dt)
         {

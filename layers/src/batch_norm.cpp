@@ -70,6 +70,16 @@ namespace xgrad::nn
         m_no_stats = zeros({0}, dt, dev);
     }
 
+    void batch_norm_base::moved_to(xgrad::device dev)
+    {
+        m_options.device = dev;
+        if (m_unit_scale.defined())
+            m_unit_scale = m_unit_scale.to(dev);
+        if (m_zero_offset.defined())
+            m_zero_offset = m_zero_offset.to(dev);
+        m_no_stats = m_no_stats.to(dev);
+    }
+
     tensor batch_norm_base::scale() const { return m_options.affine ? parameter("scale") : tensor(); }
     tensor batch_norm_base::offset() const { return m_options.affine ? parameter("offset") : tensor(); }
     tensor batch_norm_base::running_mean() const

@@ -249,6 +249,16 @@ namespace xgrad::nn
         for (auto& [n, b] : named_buffers())
             if (b.device() != dev)
                 find(n, false)->m_value = b.to(dev);
+        notify_moved(dev);
+    }
+
+    void module::moved_to(device) {}
+
+    void module::notify_moved(device dev)
+    {
+        moved_to(dev);
+        for (auto& [n, c] : m_children)
+            c->notify_moved(dev);
     }
 
     void module::zero_grad()

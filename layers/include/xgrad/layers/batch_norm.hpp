@@ -121,6 +121,8 @@ namespace xgrad::nn
     protected:
         /// rank: 4 or 5; name: "batch_norm2d" or "batch_norm3d".
         batch_norm_base(options_type options, std::int64_t rank, std::string_view name);
+        /// The options' device and the constants follow the parameters to `dev`.
+        void moved_to(device dev) override;
 
     private:
         void check_input(const tensor& x) const;

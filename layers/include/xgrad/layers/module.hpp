@@ -117,7 +117,8 @@ namespace xgrad::nn
         // --- device --------------------------------------------------------------------------
         /// Moves every parameter and buffer (recursively) to `dev` (a no-op for tensors
         /// already there). Parameters stay leaves that require grad; their grad() is cleared.
-        /// Throws when the device is not available in this build or at run time.
+        /// Throws when the device is not available in this build or at run time. Then calls
+        /// moved_to(dev) on this module and every descendant.
         void to(device dev);
 
         // --- gradients -----------------------------------------------------------------------
@@ -141,6 +142,10 @@ namespace xgrad::nn
     protected:
         module();
 
+        /// Called by to(dev) after the parameters and buffers moved: a module that keeps other
+        /// device state (constants, its options' device) moves it here. Default: nothing.
+        virtual void moved_to(device dev);
+
         /// Throws xgrad::invalid_argument("<type_name()>: <what>").
         [[noreturn]] void fail(const std::string& what) const;
 
@@ -159,6 +164,8 @@ namespace xgrad::nn
         }
 
     private:
+        void notify_moved(device dev);
+
         struct slot
         {
             std::string m_name;
