@@ -23,6 +23,18 @@ namespace cuda_test
 
     inline const device gpu{device_type::cuda, 0};
 
+    /// The four floating dtypes.
+    inline const std::vector<dtype> float_dtypes = {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16};
+
+    /// The dtype of batch-norm statistics for data of dtype dt.
+    inline dtype stats_of(dtype dt) { return dt == dtype::float64 ? dtype::float64 : dtype::float32; }
+
+    /// A 1-d int64 CPU tensor of v.
+    inline tensor int64_tensor(const std::vector<std::int64_t>& v)
+    {
+        return from_host(v.data(), {static_cast<std::int64_t>(v.size())}, dtype::int64);
+    }
+
     /// Seeded values uniform in [lo, hi), rounded to dt, on the CPU.
     inline tensor random_cpu(const shape_type& shape, dtype dt, std::uint64_t seed, double lo = -2.0,
                              double hi = 2.0)
