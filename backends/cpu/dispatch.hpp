@@ -13,6 +13,7 @@
 
 #include "backends/cpu/simd_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
+#include "backends/op_math.hpp"
 #include "xgrad/dtype.hpp"
 
 namespace xgrad::cpu::detail
@@ -38,13 +39,5 @@ namespace xgrad::cpu::detail
         return dispatched(args...);
     }
 
-    /// Calls f(T{}) for the compute dtypes (the ops layer passes only these to math kernels).
-    template <class F>
-    void visit_compute(dtype dt, F&& f)
-    {
-        if (dt == dtype::float64)
-            f(double{});
-        else
-            f(float{});
-    }
+    using kernels::visit_compute; // backends/op_math.hpp
 }

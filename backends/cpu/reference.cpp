@@ -13,6 +13,7 @@
 #include "backends/cpu/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/matmul_dims.hpp"
+#include "backends/op_math.hpp"
 
 namespace xgrad::cpu::reference
 {
@@ -49,54 +50,8 @@ namespace xgrad::cpu::reference
             }
         }
 
-        template <class T>
-        T apply(unary_op op, T x)
-        {
-            switch (op)
-            {
-            case unary_op::neg: return -x;
-            case unary_op::exp: return std::exp(x);
-            case unary_op::log: return std::log(x);
-            case unary_op::sqrt: return std::sqrt(x);
-            case unary_op::rsqrt: return T(1) / std::sqrt(x);
-            case unary_op::abs: return std::abs(x);
-            case unary_op::relu: return x < T(0) ? T(0) : x;
-            case unary_op::sigmoid:
-                return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
-            case unary_op::tanh: return std::tanh(x);
-            }
-            return x;
-        }
-
-        template <class T>
-        T apply(binary_op op, T a, T b)
-        {
-            switch (op)
-            {
-            case binary_op::add: return a + b;
-            case binary_op::sub: return a - b;
-            case binary_op::mul: return a * b;
-            case binary_op::div: return a / b;
-            case binary_op::pow: return std::pow(a, b);
-            case binary_op::eq: return a == b ? T(1) : T(0);
-            case binary_op::ne: return a != b ? T(1) : T(0);
-            case binary_op::lt: return a < b ? T(1) : T(0);
-            case binary_op::le: return a <= b ? T(1) : T(0);
-            case binary_op::gt: return a > b ? T(1) : T(0);
-            case binary_op::ge: return a >= b ? T(1) : T(0);
-            }
-            return a;
-        }
-
-        /// Calls f(T{}) for the compute dtypes float32 and float64.
-        template <class F>
-        void visit_compute(dtype dt, F f)
-        {
-            if (dt == dtype::float64)
-                f(double{});
-            else
-                f(float{});
-        }
+        using kernels::apply;
+        using kernels::visit_compute;
     }
 
     void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape, double value)

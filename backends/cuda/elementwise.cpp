@@ -12,7 +12,7 @@
 //   and fill give the CPU's bits for every dtype pair: float -> 16-bit rounds once to nearest
 //   even, float -> int64 truncates and saturates (NaN -> 0), int64 -> 16-bit rounds through
 //   round-to-odd.
-// - The math is the formula of the CPU reference kernels (backends/cpu/reference.cpp), each
+// - The math is the formula of the CPU reference kernels (backends/op_math.hpp, shared), each
 //   operation one IEEE operation where the CPU's is (nvcc's default -prec-div, -prec-sqrt and
 //   no flush to zero keep division, sqrt and subnormals IEEE; no expression here has an
 //   a * b + c that could contract into an fma). So neg, abs, relu, sqrt, rsqrt (1 / sqrt),
@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "backends/cpu/convert.hpp"
+#include "backends/op_math.hpp"
 #include "backends/cuda/device_loop.hpp"
 
 namespace xgrad::cuda
@@ -80,57 +81,9 @@ namespace xgrad::cuda
                 detail::for_each_index(ix.numel, indexed<N, false, Body>{ix, body});
         }
 
-        /// Calls f(T{}) for the compute dtypes float32 and float64 (the CPU's visit_compute).
-        template <class F>
-        void visit_compute(dtype dt, F&& f)
-        {
-            if (dt == dtype::float64)
-                f(double{});
-            else
-                f(float{});
-        }
-
-        // ---------------------------------------------------------------------------------
-        // The math: the formulas of backends/cpu/reference.cpp.
-
-        template <class T>
-        XGRAD_HD T apply(unary_op op, T x)
-        {
-            switch (op)
-            {
-            case unary_op::neg: return -x;
-            case unary_op::exp: return std::exp(x);
-            case unary_op::log: return std::log(x);
-            case unary_op::sqrt: return std::sqrt(x);
-            case unary_op::rsqrt: return T(1) / std::sqrt(x);
-            case unary_op::abs: return std::fabs(x);
-            case unary_op::relu: return x < T(0) ? T(0) : x;
-            case unary_op::sigmoid:
-                return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
-            case unary_op::tanh: return std::tanh(x);
-            }
-            return x;
-        }
-
-        template <class T>
-        XGRAD_HD T apply(binary_op op, T a, T b)
-        {
-            switch (op)
-            {
-            case binary_op::add: return a + b;
-            case binary_op::sub: return a - b;
-            case binary_op::mul: return a * b;
-            case binary_op::div: return a / b;
-            case binary_op::pow: return std::pow(a, b);
-            case binary_op::eq: return a == b ? T(1) : T(0);
-            case binary_op::ne: return a != b ? T(1) : T(0);
-            case binary_op::lt: return a < b ? T(1) : T(0);
-            case binary_op::le: return a <= b ? T(1) : T(0);
-            case binary_op::gt: return a > b ? T(1) : T(0);
-            case binary_op::ge: return a >= b ? T(1) : T(0);
-            }
-            return a;
-        }
+        // The math: the op formulas of backends/op_math.hpp, shared with the CPU reference.
+        using kernels::apply;
+        using kernels::visit_compute;
 
         // ---------------------------------------------------------------------------------
         // Kernel bodies: operand 0 is the output.
