@@ -1,5 +1,8 @@
-// batch_norm_tour: the fused batch-norm ops through their TensorFlow-shaped API
-// (xgrad/ops/nn_ops.hpp, xgrad/scope.hpp), end to end on a small NCHW tensor:
+// batch_norm_tour: the fused batch-norm ops as code ported from TensorFlow's C++ API would call
+// them, through the TensorFlow compatibility layer (xgrad/compat/tensorflow.hpp, namespace
+// xgrad::compat::tensorflow), end to end on a small NCHW tensor. The layer's classes are thin
+// wrappers of xgrad's own snake_case functions (fused_batch_norm, fused_batch_norm_grad in
+// xgrad/ops/batch_norm.hpp), with the same results bit for bit; new code can call those directly.
 //
 //   1. FusedBatchNormV3 in training mode: y, the batch statistics and the running statistics;
 //   2. FusedBatchNormGradV3: x_backprop, scale_backprop, offset_backprop;
@@ -16,9 +19,11 @@
 #include <optional>
 #include <vector>
 
+#include <xgrad/compat/tensorflow.hpp>
 #include <xgrad/xgrad.hpp>
 
 using namespace xgrad;
+namespace tf = xgrad::compat::tensorflow;
 
 namespace
 {
@@ -52,19 +57,19 @@ namespace
 
     /// sum(x_backprop^2) + sum(scale_backprop^2) for the given inputs, through the grad op. In
     /// training mode the reserve spaces come from a forward on x, so they move with x.
-    tensor second_order_loss(const Scope& scope, const inputs& in, const tensor& x, bool training)
+    tensor second_order_loss(const tf::Scope& scope, const inputs& in, const tensor& x, bool training)
     {
         tensor mean = in.running_mean, variance = in.running_variance;
         if (training)
         {
-            const ops::FusedBatchNormV3 bn(scope, x, in.scale, in.offset, in.running_mean, in.running_variance,
-                                           ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(epsilon));
+            const auto attrs = tf::ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(epsilon);
+            const tf::ops::FusedBatchNormV3 bn(scope, x, in.scale, in.offset, in.running_mean, in.running_variance,
+                                               attrs);
             mean = bn.reserve_space_1;
             variance = bn.reserve_space_2;
         }
-        const ops::FusedBatchNormGradV3 g(scope, in.dy, x, in.scale, mean, variance, tensor(),
-                                          ops::FusedBatchNormGradV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(
-                                              training));
+        const auto attrs = tf::ops::FusedBatchNormGradV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(training);
+        const tf::ops::FusedBatchNormGradV3 g(scope, in.dy, x, in.scale, mean, variance, tensor(), attrs);
         return sum(square(g.x_backprop)) + sum(square(g.scale_backprop));
     }
 
@@ -74,19 +79,19 @@ namespace
         return {f64(in.x), f64(in.scale), f64(in.offset), f64(in.running_mean), f64(in.running_variance), f64(in.dy)};
     }
 
-    void second_order(const Scope& scope, const inputs& in, bool training)
+    void second_order(const tf::Scope& scope, const inputs& in, bool training)
     {
         std::cout << "\n4" << (training ? "a" : "b") << ". Second order, " << (training ? "training" : "inference")
                   << " mode: d/dx [sum(x_backprop^2) + sum(scale_backprop^2)]\n";
-        const auto fwd_attrs = ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(training);
-        const auto grad_attrs = ops::FusedBatchNormGradV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(training);
-        const ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, in.running_mean, in.running_variance,
-                                       fwd_attrs);
+        const auto fwd_attrs = tf::ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(training);
+        const auto grad_attrs = tf::ops::FusedBatchNormGradV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(training);
+        const tf::ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, in.running_mean, in.running_variance,
+                                           fwd_attrs);
 
         // (a) The gradient op's outputs are recorded (the scope records gradients), so they
         //     are differentiated like any other tensor.
-        const ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                          bn.reserve_space_3, grad_attrs);
+        const tf::ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
+                                              bn.reserve_space_3, grad_attrs);
         const tensor via_op = grad({sum(square(g.x_backprop)) + sum(square(g.scale_backprop))}, {in.x})[0];
 
         // (b) Double backward: the first gradient with create_graph = true, then its gradient.
@@ -102,7 +107,7 @@ namespace
 
         // (c) A directional finite difference in float64, with the batch statistics recomputed
         //     from x in training mode (they are functions of x).
-        const Scope quiet = scope.WithGradientRecording(false);
+        const tf::Scope quiet = scope.WithGradientRecording(false);
         const inputs in64 = to_float64(in);
         generator gen(7);
         const tensor v = randn(in.x.shape(), gen, dtype::float64);
@@ -117,7 +122,7 @@ namespace
 
     int tour()
     {
-        const Scope scope = Scope::NewRootScope(); // CPU, gradient recording on
+        const tf::Scope scope = tf::Scope::NewRootScope(); // CPU, gradient recording on
         generator gen(2024);
         inputs in;
         in.x = randn({2, 3, 2, 2}, gen) * 2.0 + 1.0; // N = 2, C = 3, H = W = 2
@@ -133,9 +138,9 @@ namespace
         std::cout << "x (NCHW) = " << in.x << "\n";
 
         std::cout << "\n1. FusedBatchNormV3, training, epsilon 1e-3, exponential_avg_factor 0.1\n";
-        const ops::FusedBatchNormV3 bn(
+        const tf::ops::FusedBatchNormV3 bn(
             scope, in.x, in.scale, in.offset, in.running_mean, in.running_variance,
-            ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(true).ExponentialAvgFactor(0.1f));
+            tf::ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(epsilon).IsTraining(true).ExponentialAvgFactor(0.1f));
         show("y", bn.y);
         show("reserve_space_1 (batch mean)", bn.reserve_space_1);
         show("reserve_space_2 (batch variance, biased)", bn.reserve_space_2);
@@ -144,9 +149,9 @@ namespace
 
         std::cout << "\n2. FusedBatchNormGradV3 with the forward's reserve spaces\n";
         show("y_backprop", in.dy);
-        const ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                          bn.reserve_space_3,
-                                          ops::FusedBatchNormGradV3::DataFormat("NCHW").Epsilon(epsilon));
+        const tf::ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
+                                              bn.reserve_space_3,
+                                              tf::ops::FusedBatchNormGradV3::DataFormat("NCHW").Epsilon(epsilon));
         show("x_backprop", g.x_backprop);
         show("scale_backprop", g.scale_backprop);
         show("offset_backprop", g.offset_backprop);

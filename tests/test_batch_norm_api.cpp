@@ -1,10 +1,13 @@
-// The TensorFlow-shaped API of the batch-norm ops (xgrad/scope.hpp, xgrad/ops/nn_ops.hpp): the
-// classes compile with TensorFlow's signatures, their Attrs chain, their outputs are those of the
-// free functions bit for bit, and the scope decides recording and device.
+// The core batch-norm API as a user sees it (xgrad/ops/batch_norm.hpp): the defaults of
+// batch_norm_attrs and of the version argument, the shapes and dtypes of the result structs,
+// autograd following the thread's grad mode, and the gradient op agreeing with autograd through
+// the forward. (Formulas: test_batch_norm.cpp; errors: test_batch_norm_errors.cpp; the
+// TensorFlow-shaped classes over these functions: test_compat_tensorflow.cpp.)
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "xgrad/xgrad.hpp"
 
@@ -20,13 +23,12 @@ namespace
         REQUIRE(b.defined());
         REQUIRE(a.shape() == b.shape());
         REQUIRE(a.dtype() == b.dtype());
-        CHECK(a.device() == b.device());
         const tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
         const std::size_t nbytes = static_cast<std::size_t>(a.numel()) * itemsize(a.dtype());
         CHECK(std::memcmp(ac.data_ptr(), bc.data_ptr(), nbytes) == 0);
     }
 
-    batch_norm_attrs free_attrs(const char* format, bool training, float eps, float factor = 1.0f)
+    batch_norm_attrs make_attrs(const char* format, bool training, float eps = 0.0001f, float factor = 1.0f)
     {
         batch_norm_attrs a;
         a.data_format = format;
@@ -56,257 +58,99 @@ namespace
     }
 }
 
-TEST_CASE("Scope: the root scope is CPU with recording on; With* return modified copies")
-{
-    const Scope root = Scope::NewRootScope();
-    CHECK(root.device() == cpu_device);
-    CHECK(root.records_gradients());
-
-    const Scope quiet = root.WithGradientRecording(false);
-    CHECK_FALSE(quiet.records_gradients());
-    CHECK(quiet.device() == cpu_device);
-    CHECK(root.records_gradients()); // the original is unchanged
-
-    const Scope cpu = root.WithDevice(cpu_device).WithGradientRecording(true);
-    CHECK(cpu.device() == cpu_device);
-    CHECK(cpu.records_gradients());
-    CHECK(root.WithDevice("cpu").device() == cpu_device);
-    CHECK_THROWS_AS((void)root.WithDevice("tpu"), std::invalid_argument);
-
-    const Scope gpu = root.WithDevice(device{device_type::cuda, 1});
-    CHECK(gpu.device() == device{device_type::cuda, 1});
-    CHECK(root.device() == cpu_device);
-    CHECK(root.WithDevice("cuda:1").device() == gpu.device());
-}
-
-TEST_CASE("Attrs: the contract's defaults, equal to batch_norm_attrs'")
+TEST_CASE("batch_norm_attrs: the contract's defaults, which the default arguments use")
 {
     const batch_norm_attrs d;
-    const ops::FusedBatchNormV3::Attrs f;
-    CHECK(f.epsilon_ == 0.0001f);
-    CHECK(f.data_format_ == "NHWC");
-    CHECK(f.is_training_);
-    CHECK(f.exponential_avg_factor_ == 1.0f);
-    CHECK(f.epsilon_ == d.epsilon);
-    CHECK(f.data_format_ == d.data_format);
-    CHECK(f.is_training_ == d.is_training);
-    CHECK(f.exponential_avg_factor_ == d.exponential_avg_factor);
+    CHECK(d.epsilon == 0.0001f);
+    CHECK(d.data_format == "NHWC");
+    CHECK(d.is_training);
+    CHECK(d.exponential_avg_factor == 1.0f);
 
-    const ops::FusedBatchNormGradV3::Attrs g3;
-    CHECK(g3.epsilon_ == d.epsilon);
-    CHECK(g3.data_format_ == d.data_format);
-    CHECK(g3.is_training_ == d.is_training);
-    const ops::FusedBatchNormGradV2::Attrs g2;
-    CHECK(g2.epsilon_ == d.epsilon);
-    CHECK(g2.data_format_ == d.data_format);
-    CHECK(g2.is_training_ == d.is_training);
-}
-
-TEST_CASE("Attrs: setters return modified copies and chain, from Attrs() and from the static setters")
-{
-    const ops::FusedBatchNormGradV3::Attrs base;
-    const auto a = base.Epsilon(1e-3f).IsTraining(false);
-    CHECK(a.epsilon_ == 1e-3f);
-    CHECK_FALSE(a.is_training_);
-    CHECK(a.data_format_ == "NHWC");
-    CHECK(base.epsilon_ == 0.0001f); // unchanged
-    CHECK(base.is_training_);
-
-    const auto b = ops::FusedBatchNormGradV3::Epsilon(1e-3f).DataFormat("NCDHW").IsTraining(false);
-    CHECK(b.epsilon_ == 1e-3f);
-    CHECK(b.data_format_ == "NCDHW");
-    CHECK_FALSE(b.is_training_);
-    CHECK(ops::FusedBatchNormGradV3::DataFormat("NCHW").data_format_ == "NCHW");
-    CHECK_FALSE(ops::FusedBatchNormGradV3::IsTraining(false).is_training_);
-
-    const auto f = ops::FusedBatchNormV3::ExponentialAvgFactor(0.6f).Epsilon(2e-3f).DataFormat("NCHW").IsTraining(true);
-    CHECK(f.exponential_avg_factor_ == 0.6f);
-    CHECK(f.epsilon_ == 2e-3f);
-    CHECK(f.data_format_ == "NCHW");
-    CHECK(f.is_training_);
-    const auto f2 = ops::FusedBatchNormV3::Attrs().IsTraining(false).ExponentialAvgFactor(0.25f);
-    CHECK_FALSE(f2.is_training_);
-    CHECK(f2.exponential_avg_factor_ == 0.25f);
-    CHECK(ops::FusedBatchNormV3::Epsilon(1e-5f).epsilon_ == 1e-5f);
-    CHECK(ops::FusedBatchNormV3::DataFormat("NDHWC").data_format_ == "NDHWC");
-    CHECK_FALSE(ops::FusedBatchNormV3::IsTraining(false).is_training_);
-
-    const std::string fmt = "NCHW"; // any string_view source
-    const auto g = ops::FusedBatchNormGradV2::DataFormat(fmt).Epsilon(1e-2f).IsTraining(false);
-    CHECK(g.data_format_ == "NCHW");
-    CHECK(g.epsilon_ == 1e-2f);
-    CHECK_FALSE(g.is_training_);
-    CHECK(ops::FusedBatchNormGradV2::Attrs().DataFormat("NHWC").data_format_ == "NHWC");
-    CHECK(ops::FusedBatchNormGradV2::Epsilon(3e-3f).epsilon_ == 3e-3f);
-    CHECK_FALSE(ops::FusedBatchNormGradV2::IsTraining(false).is_training_);
-}
-
-TEST_CASE("the classes without Attrs equal the free functions with default attributes, bit for bit")
-{
-    const Scope scope = Scope::NewRootScope();
     const bn_inputs in = make_inputs({2, 3, 4, 5}, 5, 11); // NHWC, C = 5
     const tensor none = zeros({0});
-
-    const ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, none, none);
-    const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, none, none);
+    const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, none, none);
+    const batch_norm_forward_result ref =
+        fused_batch_norm(in.x, in.scale, in.offset, none, none, make_attrs("NHWC", true, 0.0001f, 1.0f));
     check_same_bits(bn.y, ref.y, "y");
-    check_same_bits(bn.batch_mean, ref.batch_mean, "batch_mean");
-    check_same_bits(bn.batch_variance, ref.batch_variance, "batch_variance");
-    check_same_bits(bn.reserve_space_1, ref.reserve_space_1, "reserve_space_1");
     check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
-    check_same_bits(bn.reserve_space_3, ref.reserve_space_3, "reserve_space_3");
-    CHECK(bn.reserve_space_3.shape() == shape_type{0});
 
-    const ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                       bn.reserve_space_3);
-    const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                            bn.reserve_space_2, bn.reserve_space_3);
-    check_same_bits(g3.x_backprop, r3.x_backprop, "V3 x_backprop");
-    check_same_bits(g3.scale_backprop, r3.scale_backprop, "V3 scale_backprop");
-    check_same_bits(g3.offset_backprop, r3.offset_backprop, "V3 offset_backprop");
-    check_same_bits(g3.reserve_space_4, r3.placeholder_1, "V3 reserve_space_4");
-    check_same_bits(g3.reserve_space_5, r3.placeholder_2, "V3 reserve_space_5");
-    CHECK(g3.reserve_space_4.shape() == shape_type{0});
-    CHECK(g3.reserve_space_5.shape() == shape_type{0});
-
-    const ops::FusedBatchNormGradV2 g2(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2);
-    const batch_norm_grad_result r2 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                            bn.reserve_space_2, {}, {}, batch_norm_grad_version::v2);
-    check_same_bits(g2.x_backprop, r2.x_backprop, "V2 x_backprop");
-    check_same_bits(g2.scale_backprop, r2.scale_backprop, "V2 scale_backprop");
-    check_same_bits(g2.offset_backprop, r2.offset_backprop, "V2 offset_backprop");
-    check_same_bits(g2.reserve_space_3, r2.placeholder_1, "V2 reserve_space_3");
-    check_same_bits(g2.reserve_space_4, r2.placeholder_2, "V2 reserve_space_4");
+    // The default version is V3: it takes reserve_space_3 (here undefined) and every format.
+    const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
+                                                           bn.reserve_space_2, tensor());
+    const batch_norm_grad_result g3 =
+        fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2, tensor(),
+                              make_attrs("NHWC", true), batch_norm_grad_version::v3);
+    check_same_bits(g.x_backprop, g3.x_backprop, "x_backprop");
+    check_same_bits(g.scale_backprop, g3.scale_backprop, "scale_backprop");
+    check_same_bits(g.offset_backprop, g3.offset_backprop, "offset_backprop");
 }
 
-TEST_CASE("the classes with Attrs equal the free functions with the same attributes, bit for bit")
+TEST_CASE("result structs: shapes and dtypes of every output, placeholders [0]")
 {
-    const Scope scope = Scope::NewRootScope();
-    for (const bool training : {true, false})
+    for (const dtype dt : {dtype::float32, dtype::float16, dtype::bfloat16, dtype::float64})
     {
-        CAPTURE(training);
-        const bn_inputs in = make_inputs({3, 4, 5, 2}, 4, 23); // NCHW, C = 4
-        const float eps = 1e-3f, factor = 0.6f;
+        CAPTURE(dt);
+        const dtype sdt = dt == dtype::float64 ? dtype::float64 : dtype::float32;
+        bn_inputs in = make_inputs({2, 4, 3, 3}, 4, 17); // NCHW, C = 4
+        in.x = in.x.to(dt);
+        in.dy = in.dy.to(dt);
+        for (tensor* t : {&in.scale, &in.offset, &in.mean, &in.variance})
+            *t = t->to(sdt);
+        const batch_norm_forward_result bn =
+            fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance, make_attrs("NCHW", true, 1e-3f, 0.5f));
+        CHECK(bn.y.shape() == in.x.shape());
+        CHECK(bn.y.dtype() == dt);
+        for (const tensor* t : {&bn.batch_mean, &bn.batch_variance, &bn.reserve_space_1, &bn.reserve_space_2})
+        {
+            CHECK(t->shape() == shape_type{4});
+            CHECK(t->dtype() == sdt);
+        }
+        CHECK(bn.reserve_space_3.shape() == shape_type{0});
 
-        const ops::FusedBatchNormV3 bn(
-            scope, in.x, in.scale, in.offset, in.mean, in.variance,
-            ops::FusedBatchNormV3::DataFormat("NCHW").Epsilon(eps).IsTraining(training).ExponentialAvgFactor(factor));
-        const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance,
-                                                               free_attrs("NCHW", training, eps, factor));
-        check_same_bits(bn.y, ref.y, "y");
-        check_same_bits(bn.batch_mean, ref.batch_mean, "batch_mean");
-        check_same_bits(bn.batch_variance, ref.batch_variance, "batch_variance");
-        check_same_bits(bn.reserve_space_1, ref.reserve_space_1, "reserve_space_1");
-        check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
-        check_same_bits(bn.reserve_space_3, ref.reserve_space_3, "reserve_space_3");
-
-        const batch_norm_attrs ga = free_attrs("NCHW", training, eps);
-        const ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                           bn.reserve_space_3,
-                                           ops::FusedBatchNormGradV3::Attrs().Epsilon(eps).IsTraining(training).DataFormat(
-                                               "NCHW"));
-        const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                                bn.reserve_space_2, bn.reserve_space_3, ga);
-        check_same_bits(g3.x_backprop, r3.x_backprop, "V3 x_backprop");
-        check_same_bits(g3.scale_backprop, r3.scale_backprop, "V3 scale_backprop");
-        check_same_bits(g3.offset_backprop, r3.offset_backprop, "V3 offset_backprop");
-        check_same_bits(g3.reserve_space_4, r3.placeholder_1, "V3 reserve_space_4");
-        check_same_bits(g3.reserve_space_5, r3.placeholder_2, "V3 reserve_space_5");
-
-        const ops::FusedBatchNormGradV2 g2(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                           ops::FusedBatchNormGradV2::Epsilon(eps).DataFormat("NCHW").IsTraining(
-                                               training));
-        const batch_norm_grad_result r2 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                                bn.reserve_space_2, {}, ga, batch_norm_grad_version::v2);
-        check_same_bits(g2.x_backprop, r2.x_backprop, "V2 x_backprop");
-        check_same_bits(g2.scale_backprop, r2.scale_backprop, "V2 scale_backprop");
-        check_same_bits(g2.offset_backprop, r2.offset_backprop, "V2 offset_backprop");
-        check_same_bits(g2.reserve_space_3, r2.placeholder_1, "V2 reserve_space_3");
-        check_same_bits(g2.reserve_space_4, r2.placeholder_2, "V2 reserve_space_4");
+        for (const batch_norm_grad_version v : {batch_norm_grad_version::v2, batch_norm_grad_version::v3})
+        {
+            const tensor rs3 = v == batch_norm_grad_version::v2 ? tensor() : bn.reserve_space_3;
+            const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
+                                                                   bn.reserve_space_2, rs3,
+                                                                   make_attrs("NCHW", true, 1e-3f), v);
+            CHECK(g.x_backprop.shape() == in.x.shape());
+            CHECK(g.x_backprop.dtype() == dt);
+            CHECK(g.scale_backprop.shape() == shape_type{4});
+            CHECK(g.offset_backprop.dtype() == sdt);
+            CHECK(g.placeholder_1.shape() == shape_type{0});
+            CHECK(g.placeholder_2.shape() == shape_type{0});
+            CHECK(g.placeholder_1.dtype() == sdt);
+        }
     }
 }
 
-TEST_CASE("5-D layouts go through FusedBatchNormV3 and FusedBatchNormGradV3")
+TEST_CASE("the V2 gradient takes 4-D formats only; V3 takes the 5-D ones too")
 {
-    const Scope scope = Scope::NewRootScope();
-    const bn_inputs in = make_inputs({2, 3, 2, 2, 2}, 3, 5); // NCDHW, C = 3
-    const auto fa = ops::FusedBatchNormV3::DataFormat("NCDHW");
-    const ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, in.mean, in.variance, fa);
-    const ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                      bn.reserve_space_3, ops::FusedBatchNormGradV3::DataFormat("NCDHW"));
-    const batch_norm_grad_result r = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                           bn.reserve_space_2, bn.reserve_space_3,
-                                                           free_attrs("NCDHW", true, 0.0001f));
-    check_same_bits(g.x_backprop, r.x_backprop, "x_backprop");
-    check_same_bits(g.scale_backprop, r.scale_backprop, "scale_backprop");
-}
-
-TEST_CASE("FusedBatchNormGradV2 rejects 5-D formats; errors are xgrad::invalid_argument")
-{
-    const Scope scope = Scope::NewRootScope();
     const tensor x5 = zeros({1, 2, 2, 2, 3}), c = ones({3});
     for (const char* format : {"NDHWC", "NCDHW"})
     {
         CAPTURE(format);
-        CHECK_THROWS_AS(ops::FusedBatchNormGradV2(scope, x5, x5, c, c, c, ops::FusedBatchNormGradV2::DataFormat(format)),
-                        xgrad::invalid_argument);
+        const batch_norm_attrs a = make_attrs(format, true);
+        std::string msg;
         try
         {
-            ops::FusedBatchNormGradV2(scope, x5, x5, c, c, c, ops::FusedBatchNormGradV2::DataFormat(format));
+            fused_batch_norm_grad(x5, x5, c, c, c, tensor(), a, batch_norm_grad_version::v2);
         }
         catch (const xgrad::invalid_argument& e)
         {
-            const std::string msg = e.what();
-            CHECK(msg.find("FusedBatchNormGradV2") != std::string::npos);
-            CHECK(msg.find(format) != std::string::npos);
+            msg = e.what();
         }
+        CHECK(msg.find("FusedBatchNormGradV2") != std::string::npos);
+        CHECK(msg.find(format) != std::string::npos);
     }
-    // The same input is fine for V3.
-    CHECK_NOTHROW(ops::FusedBatchNormGradV3(scope, x5, x5, c, c, zeros({3}), zeros({0}),
-                                            ops::FusedBatchNormGradV3::DataFormat("NDHWC")));
-    // And the checks of the free functions surface unchanged through the classes.
-    CHECK_THROWS_AS(ops::FusedBatchNormV3(scope, zeros({2, 3}), c, c, c, c), xgrad::invalid_argument);
-    CHECK_THROWS_AS(ops::FusedBatchNormGradV3(scope, x5, x5, c, c, c, c), xgrad::invalid_argument); // NHWC, rank 5
+    // NCDHW with C on axis 1 is [1, 3, 2, 2, 2]; NDHWC with C last is x5 itself.
+    CHECK_NOTHROW(fused_batch_norm_grad(x5, x5, c, c, c, zeros({0}), make_attrs("NDHWC", true)));
+    const tensor xc = zeros({1, 3, 2, 2, 2});
+    CHECK_NOTHROW(fused_batch_norm_grad(xc, xc, c, c, c, zeros({0}), make_attrs("NCDHW", true)));
 }
 
-TEST_CASE("an input off the scope's device is rejected, naming both devices")
+TEST_CASE("autograd follows the thread's grad mode")
 {
-    // The scope's device is only a tag: a CUDA scope with CPU inputs fails the check before
-    // anything runs, so this needs no CUDA build.
-    const Scope gpu = Scope::NewRootScope().WithDevice(device{device_type::cuda, 0});
-    const bn_inputs in = make_inputs({1, 2, 2, 3}, 3, 3);
-    const auto check_msg = [](const auto& construct, const char* op) {
-        bool thrown = false;
-        try
-        {
-            construct();
-        }
-        catch (const xgrad::invalid_argument& e)
-        {
-            thrown = true;
-            const std::string msg = e.what();
-            CHECK(msg.find(op) != std::string::npos);
-            CHECK(msg.find("cpu") != std::string::npos);
-            CHECK(msg.find("cuda:0") != std::string::npos);
-        }
-        CHECK_MESSAGE(thrown, op << " accepted CPU inputs under a CUDA scope");
-    };
-    check_msg([&] { ops::FusedBatchNormV3(gpu, in.x, in.scale, in.offset, in.mean, in.variance); }, "FusedBatchNormV3");
-    check_msg([&] { ops::FusedBatchNormGradV3(gpu, in.dy, in.x, in.scale, in.mean, in.variance, tensor()); },
-              "FusedBatchNormGradV3");
-    check_msg([&] { ops::FusedBatchNormGradV2(gpu, in.dy, in.x, in.scale, in.mean, in.variance); },
-              "FusedBatchNormGradV2");
-
-    // The same inputs under a CPU scope (explicitly chosen, or the default) run.
-    CHECK_NOTHROW(ops::FusedBatchNormV3(Scope::NewRootScope().WithDevice(cpu_device), in.x, in.scale, in.offset,
-                                        in.mean, in.variance));
-    CHECK_NOTHROW(ops::FusedBatchNormGradV3(gpu.WithDevice("cpu"), in.dy, in.x, in.scale, in.mean, in.variance,
-                                            tensor()));
-}
-
-TEST_CASE("the scope decides gradient recording, and the thread's grad mode is restored")
-{
-    const Scope root = Scope::NewRootScope();
     bn_inputs in = make_inputs({2, 2, 3, 3}, 3, 7);
     in.x.requires_grad_();
     in.scale.requires_grad_();
@@ -314,51 +158,45 @@ TEST_CASE("the scope decides gradient recording, and the thread's grad mode is r
     in.dy.requires_grad_();
     const tensor none = zeros({0});
 
-    SUBCASE("recording off: no output requires grad")
+    SUBCASE("no_grad: no output requires grad")
     {
-        const Scope quiet = root.WithGradientRecording(false);
-        const ops::FusedBatchNormV3 bn(quiet, in.x, in.scale, in.offset, none, none);
+        no_grad off;
+        const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, none, none);
         CHECK_FALSE(bn.y.requires_grad());
-        CHECK_FALSE(bn.batch_mean.requires_grad());
-        const ops::FusedBatchNormGradV3 g3(quiet, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                           bn.reserve_space_3);
-        CHECK_FALSE(g3.x_backprop.requires_grad());
-        CHECK_FALSE(g3.scale_backprop.requires_grad());
-        CHECK_FALSE(g3.offset_backprop.requires_grad());
-        const ops::FusedBatchNormGradV2 g2(quiet, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2);
-        CHECK_FALSE(g2.x_backprop.requires_grad());
-        CHECK(is_grad_enabled()); // restored
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
+                                                               bn.reserve_space_2, bn.reserve_space_3);
+        CHECK_FALSE(g.x_backprop.requires_grad());
+        CHECK_FALSE(g.scale_backprop.requires_grad());
     }
-    SUBCASE("recording on: y and the gradients are differentiable, even inside no_grad")
+    SUBCASE("recording: y and the gradients are differentiable, the statistics are not")
     {
-        no_grad outer;
-        const ops::FusedBatchNormV3 bn(root, in.x, in.scale, in.offset, none, none);
+        const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, none, none);
         CHECK(bn.y.requires_grad());
-        CHECK_FALSE(bn.batch_mean.requires_grad()); // statistics are not differentiable outputs
+        CHECK_FALSE(bn.batch_mean.requires_grad());
+        CHECK_FALSE(bn.batch_variance.requires_grad());
         CHECK_FALSE(bn.reserve_space_1.requires_grad());
-        const ops::FusedBatchNormGradV3 g3(root, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                           bn.reserve_space_3);
-        CHECK(g3.x_backprop.requires_grad());
-        CHECK(g3.scale_backprop.requires_grad());
-        CHECK(g3.offset_backprop.requires_grad());
-        CHECK_FALSE(is_grad_enabled()); // restored to the no_grad of the caller
+        CHECK_FALSE(bn.reserve_space_2.requires_grad());
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
+                                                               bn.reserve_space_2, bn.reserve_space_3);
+        CHECK(g.x_backprop.requires_grad());
+        CHECK(g.scale_backprop.requires_grad());
+        CHECK(g.offset_backprop.requires_grad());
+        CHECK_FALSE(g.placeholder_1.requires_grad());
     }
 }
 
-TEST_CASE("the gradient class agrees with autograd through the forward class, and differentiates again")
+TEST_CASE("the gradient op agrees with autograd through the forward, and differentiates again")
 {
-    const Scope scope = Scope::NewRootScope();
     for (const bool training : {true, false})
     {
         CAPTURE(training);
         bn_inputs in = make_inputs({2, 3, 2, 2}, 3, 31); // NCHW
         in.x.requires_grad_();
-        const auto fa = ops::FusedBatchNormV3::DataFormat("NCHW").IsTraining(training);
-        const auto ga = ops::FusedBatchNormGradV3::DataFormat("NCHW").IsTraining(training);
+        const batch_norm_attrs a = make_attrs("NCHW", training);
 
-        const ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, in.mean, in.variance, fa);
-        const ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
-                                          bn.reserve_space_3, ga);
+        const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance, a);
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
+                                                               bn.reserve_space_2, bn.reserve_space_3, a);
         // The forward's backward runs the same gradient op: the same bits.
         const tensor xb = grad({bn.y}, {in.x}, {in.dy}, std::nullopt, /*create_graph=*/true)[0];
         check_same_bits(g.x_backprop, xb, "x_backprop vs autograd");

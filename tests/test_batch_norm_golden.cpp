@@ -1,5 +1,7 @@
 // The fused batch-norm ops against golden values computed by TensorFlow itself
-// (tests/data/batch_norm, made by tools/gen_batch_norm_golden.py; no Python needed here).
+// (tests/data/batch_norm, made by tools/gen_batch_norm_golden.py; no Python needed here). The
+// core functions are checked on every case; the last test runs the same forward and gradient
+// cases through the TensorFlow compatibility classes (xgrad/compat/tensorflow.hpp).
 //
 // Tolerances. TensorFlow computes in float32 and rounds 16-bit results once; so does xgrad.
 // Both are within float32 rounding of the exact value, so:
@@ -18,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "xgrad/compat/tensorflow.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
@@ -103,7 +106,7 @@ namespace
     }
 }
 
-TEST_CASE("FusedBatchNormV3 matches TensorFlow")
+TEST_CASE("fused_batch_norm matches TensorFlow's FusedBatchNormV3")
 {
     const json data = load("forward.json");
     REQUIRE(data.at("cases").size() > 50);
@@ -124,7 +127,7 @@ TEST_CASE("FusedBatchNormV3 matches TensorFlow")
     }
 }
 
-TEST_CASE("FusedBatchNormGradV3 and V2 match TensorFlow")
+TEST_CASE("fused_batch_norm_grad matches TensorFlow's FusedBatchNormGradV3 and V2")
 {
     for (const char* file : {"grad_v3.json", "grad_v2.json"})
     {
@@ -178,5 +181,77 @@ TEST_CASE("second-order gradients match TensorFlow's nested gradient tapes")
         check_output(g2[0], c.at("outputs").at("d_y_backprop"), "d_y_backprop through autograd");
         check_output(g2[1], c.at("outputs").at("d_x"), "d_x through autograd");
         check_output(g2[2], c.at("outputs").at("d_scale"), "d_scale through autograd");
+    }
+}
+
+TEST_CASE("the compatibility classes match TensorFlow: FusedBatchNormV3, FusedBatchNormGradV3 and V2")
+{
+    namespace tf = xgrad::compat::tensorflow;
+    const tf::Scope scope = tf::Scope::NewRootScope();
+    const auto forward_attrs = [](const json& a) {
+        auto r = tf::ops::FusedBatchNormV3::Epsilon(a.at("epsilon").get<float>())
+                     .DataFormat(a.at("data_format").get<std::string>())
+                     .IsTraining(a.at("is_training").get<bool>());
+        return a.contains("exponential_avg_factor")
+                   ? r.ExponentialAvgFactor(a.at("exponential_avg_factor").get<float>())
+                   : r;
+    };
+    const auto grad_attrs = [](const json& a) {
+        return tf::ops::FusedBatchNormGradV3::Epsilon(a.at("epsilon").get<float>())
+            .DataFormat(a.at("data_format").get<std::string>())
+            .IsTraining(a.at("is_training").get<bool>());
+    };
+
+    const json forward = load("forward.json");
+    REQUIRE(forward.at("cases").size() > 50);
+    for (const auto& c : forward.at("cases"))
+    {
+        INFO(c.at("name").get<std::string>());
+        const auto& in = c.at("inputs");
+        const tf::ops::FusedBatchNormV3 bn(scope, make_tensor(in.at("x")), make_tensor(in.at("scale")),
+                                           make_tensor(in.at("offset")), make_tensor(in.at("mean")),
+                                           make_tensor(in.at("variance")), forward_attrs(c.at("attrs")));
+        const auto& out = c.at("outputs");
+        check_output(bn.y, out.at("y"), "y");
+        check_output(bn.batch_mean, out.at("batch_mean"), "batch_mean");
+        check_output(bn.batch_variance, out.at("batch_variance"), "batch_variance");
+        check_output(bn.reserve_space_1, out.at("reserve_space_1"), "reserve_space_1");
+        check_output(bn.reserve_space_2, out.at("reserve_space_2"), "reserve_space_2");
+    }
+
+    for (const char* file : {"grad_v3.json", "grad_v2.json"})
+    {
+        const json data = load(file);
+        const bool v2 = std::string(file) == "grad_v2.json";
+        REQUIRE(data.at("cases").size() > 20);
+        for (const auto& c : data.at("cases"))
+        {
+            INFO(c.at("name").get<std::string>());
+            const auto& in = c.at("inputs");
+            const auto& out = c.at("outputs");
+            const tensor dy = make_tensor(in.at("y_backprop")), x = make_tensor(in.at("x")),
+                         scale = make_tensor(in.at("scale")), rs1 = make_tensor(in.at("reserve_space_1")),
+                         rs2 = make_tensor(in.at("reserve_space_2"));
+            if (v2)
+            {
+                const tf::ops::FusedBatchNormGradV2 g(scope, dy, x, scale, rs1, rs2, grad_attrs(c.at("attrs")));
+                check_output(g.x_backprop, out.at("x_backprop"), "x_backprop");
+                check_output(g.scale_backprop, out.at("scale_backprop"), "scale_backprop");
+                check_output(g.offset_backprop, out.at("offset_backprop"), "offset_backprop");
+                check_output(g.reserve_space_3, out.at("reserve_space_3"), "reserve_space_3");
+                check_output(g.reserve_space_4, out.at("reserve_space_4"), "reserve_space_4");
+            }
+            else
+            {
+                const tf::ops::FusedBatchNormGradV3 g(scope, dy, x, scale, rs1, rs2,
+                                                      make_tensor(in.at("reserve_space_3")),
+                                                      grad_attrs(c.at("attrs")));
+                check_output(g.x_backprop, out.at("x_backprop"), "x_backprop");
+                check_output(g.scale_backprop, out.at("scale_backprop"), "scale_backprop");
+                check_output(g.offset_backprop, out.at("offset_backprop"), "offset_backprop");
+                check_output(g.reserve_space_4, out.at("reserve_space_4"), "reserve_space_4");
+                check_output(g.reserve_space_5, out.at("reserve_space_5"), "reserve_space_5");
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
 #pragma once
-// The whole public API of xgrad.
+// xgrad's own public API, all of it. The TensorFlow compatibility layer (<xgrad/compat/tensorflow.hpp>,
+// for porting) is not included: a program that wants it includes that header itself.
 #include "xgrad/autograd.hpp"
 #include "xgrad/dtype.hpp"
 #include "xgrad/errors.hpp"
@@ -13,10 +14,8 @@
 #include "xgrad/ops/index.hpp"
 #include "xgrad/ops/loss.hpp"
 #include "xgrad/ops/matmul.hpp"
-#include "xgrad/ops/nn_ops.hpp"
 #include "xgrad/ops/pool.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
-#include "xgrad/scope.hpp"
 #include "xgrad/tensor.hpp"
 #include "xgrad/thread_pool.hpp"

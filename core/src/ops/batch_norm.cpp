@@ -1,5 +1,6 @@
-// The fused batch-norm ops: forward (FusedBatchNormV3), gradient (FusedBatchNormGradV3/V2) and
-// the gradient of the gradient, each a fused kernel call with its own autograd node:
+// The fused batch-norm ops, with the semantics of TensorFlow's FusedBatchNormV3 (forward) and
+// FusedBatchNormGradV3/V2 (gradient), and the gradient of the gradient, each a fused kernel call
+// with its own autograd node (the TensorFlow-shaped classes over them: core/src/compat/):
 //
 //   fused_batch_norm  --backward-->  fused_batch_norm_grad  --backward-->
 //   fused_batch_norm_grad_grad  --backward-->  the composite formula (batch_norm_composite.cpp),

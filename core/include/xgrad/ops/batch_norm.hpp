@@ -1,8 +1,12 @@
 #pragma once
 // The fused batch-norm op family, with TensorFlow's FusedBatchNormV3 / FusedBatchNormGradV3 /
 // FusedBatchNormGradV2 semantics (core/src/ops/batch_norm*.cpp). The contract is
-// shared/spec/fused_batch_norm.md; docs/batch_norm.md is the reference (formulas, dtypes,
+// docs/batch_norm_contract.md; docs/batch_norm.md is the reference (formulas, dtypes,
 // layouts, errors, derivations).
+//
+// These snake_case free functions are xgrad's own API for batch norm. The TensorFlow-shaped
+// classes (Scope, ops::FusedBatchNormV3, ...) are a compatibility layer for porting, in
+// xgrad/compat/tensorflow.hpp, built on these functions.
 //
 // Shapes: x is rank 4 (data_format "NHWC" or "NCHW") or rank 5 ("NDHWC", "NCDHW"); C is its
 // channel extent and every per-channel tensor is 1-D of length C. dtypes: x-like tensors

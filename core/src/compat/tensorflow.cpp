@@ -1,0 +1,214 @@
+// The TensorFlow compatibility layer (xgrad/compat/tensorflow.hpp): each op class checks that its
+// inputs are on the scope's device, translates its Attrs into xgrad::batch_norm_attrs, and calls
+// the core function under the scope's recording setting. No arithmetic happens here, which is
+// why the outputs are those of the core functions bit for bit.
+#include "xgrad/compat/tensorflow.hpp"
+
+#include <utility>
+
+#include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
+#include "xgrad/ops/batch_norm.hpp"
+
+namespace xgrad::compat::tensorflow
+{
+    namespace
+    {
+        /// Throws xgrad::invalid_argument when `t` is defined and not on the scope's device. The
+        /// core functions only check that the inputs agree with one another; a scope fixes the
+        /// device in advance, so a whole set of inputs on another device is an error too.
+        /// Undefined tensors (the optional inputs some ops accept) are not checked.
+        void check_device(const Scope& scope, const tensor& t, const char* op, const char* input)
+        {
+            if (t.defined() && t.device() != scope.device())
+                throw xgrad::invalid_argument(std::string(op) + ": " + input + " is on " + to_string(t.device()) +
+                                              " but the scope's device is " + to_string(scope.device()));
+        }
+
+        batch_norm_attrs core_attrs(const ops::detail::fused_batch_norm_grad_attrs& attrs)
+        {
+            batch_norm_attrs a;
+            a.epsilon = attrs.epsilon_;
+            a.data_format = attrs.data_format_;
+            a.is_training = attrs.is_training_;
+            return a;
+        }
+    }
+
+    // --- Scope ---------------------------------------------------------------------------------
+
+    Scope::Scope(xgrad::device dev, bool records_gradients) noexcept
+        : m_device(dev), m_records_gradients(records_gradients)
+    {
+    }
+
+    Scope Scope::NewRootScope() noexcept { return Scope(cpu_device, true); }
+
+    Scope Scope::WithDevice(xgrad::device dev) const noexcept
+    {
+        Scope s = *this;
+        s.m_device = dev;
+        return s;
+    }
+
+    Scope Scope::WithDevice(std::string_view text) const { return WithDevice(parse_device(text)); }
+
+    Scope Scope::WithGradientRecording(bool enabled) const noexcept
+    {
+        Scope s = *this;
+        s.m_records_gradients = enabled;
+        return s;
+    }
+
+    namespace ops
+    {
+        // --- Attrs setters: modified copies, so that a chain never changes its source ----------
+
+        FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::Epsilon(float x) const
+        {
+            Attrs r = *this;
+            r.epsilon_ = x;
+            return r;
+        }
+
+        FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::ExponentialAvgFactor(float x) const
+        {
+            Attrs r = *this;
+            r.exponential_avg_factor_ = x;
+            return r;
+        }
+
+        FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::DataFormat(std::string_view x) const
+        {
+            Attrs r = *this;
+            r.data_format_ = std::string(x);
+            return r;
+        }
+
+        FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::IsTraining(bool x) const
+        {
+            Attrs r = *this;
+            r.is_training_ = x;
+            return r;
+        }
+
+        detail::fused_batch_norm_grad_attrs detail::fused_batch_norm_grad_attrs::Epsilon(float x) const
+        {
+            fused_batch_norm_grad_attrs r = *this;
+            r.epsilon_ = x;
+            return r;
+        }
+
+        detail::fused_batch_norm_grad_attrs detail::fused_batch_norm_grad_attrs::DataFormat(std::string_view x) const
+        {
+            fused_batch_norm_grad_attrs r = *this;
+            r.data_format_ = std::string(x);
+            return r;
+        }
+
+        detail::fused_batch_norm_grad_attrs detail::fused_batch_norm_grad_attrs::IsTraining(bool x) const
+        {
+            fused_batch_norm_grad_attrs r = *this;
+            r.is_training_ = x;
+            return r;
+        }
+
+        // --- FusedBatchNormV3 ------------------------------------------------------------------
+
+        FusedBatchNormV3::FusedBatchNormV3(const Scope& scope, const tensor& x, const tensor& scale,
+                                           const tensor& offset, const tensor& mean, const tensor& variance)
+            : FusedBatchNormV3(scope, x, scale, offset, mean, variance, Attrs())
+        {
+        }
+
+        FusedBatchNormV3::FusedBatchNormV3(const Scope& scope, const tensor& x, const tensor& scale,
+                                           const tensor& offset, const tensor& mean, const tensor& variance,
+                                           const Attrs& attrs)
+        {
+            // The same name as the core function uses in its messages, so that every error of
+            // this op, device or contract, starts the same way.
+            const char* op = "FusedBatchNormV3";
+            check_device(scope, x, op, "x");
+            check_device(scope, scale, op, "scale");
+            check_device(scope, offset, op, "offset");
+            check_device(scope, mean, op, "mean");
+            check_device(scope, variance, op, "variance");
+            batch_norm_attrs a;
+            a.epsilon = attrs.epsilon_;
+            a.data_format = attrs.data_format_;
+            a.is_training = attrs.is_training_;
+            a.exponential_avg_factor = attrs.exponential_avg_factor_;
+            grad_mode_guard recording(scope.records_gradients());
+            batch_norm_forward_result r = fused_batch_norm(x, scale, offset, mean, variance, a);
+            y = std::move(r.y);
+            batch_mean = std::move(r.batch_mean);
+            batch_variance = std::move(r.batch_variance);
+            reserve_space_1 = std::move(r.reserve_space_1);
+            reserve_space_2 = std::move(r.reserve_space_2);
+            reserve_space_3 = std::move(r.reserve_space_3);
+        }
+
+        // --- FusedBatchNormGradV3 --------------------------------------------------------------
+
+        FusedBatchNormGradV3::FusedBatchNormGradV3(const Scope& scope, const tensor& y_backprop, const tensor& x,
+                                                   const tensor& scale, const tensor& reserve_space_1,
+                                                   const tensor& reserve_space_2, const tensor& reserve_space_3)
+            : FusedBatchNormGradV3(scope, y_backprop, x, scale, reserve_space_1, reserve_space_2, reserve_space_3,
+                                   Attrs())
+        {
+        }
+
+        FusedBatchNormGradV3::FusedBatchNormGradV3(const Scope& scope, const tensor& y_backprop, const tensor& x,
+                                                   const tensor& scale, const tensor& reserve_space_1,
+                                                   const tensor& reserve_space_2, const tensor& reserve_space_3,
+                                                   const Attrs& attrs)
+        {
+            const char* op = "FusedBatchNormGradV3";
+            check_device(scope, y_backprop, op, "y_backprop");
+            check_device(scope, x, op, "x");
+            check_device(scope, scale, op, "scale");
+            check_device(scope, reserve_space_1, op, "reserve_space_1");
+            check_device(scope, reserve_space_2, op, "reserve_space_2");
+            check_device(scope, reserve_space_3, op, "reserve_space_3");
+            grad_mode_guard recording(scope.records_gradients());
+            batch_norm_grad_result r = fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
+                                                             reserve_space_3, core_attrs(attrs),
+                                                             batch_norm_grad_version::v3);
+            x_backprop = std::move(r.x_backprop);
+            scale_backprop = std::move(r.scale_backprop);
+            offset_backprop = std::move(r.offset_backprop);
+            reserve_space_4 = std::move(r.placeholder_1);
+            reserve_space_5 = std::move(r.placeholder_2);
+        }
+
+        // --- FusedBatchNormGradV2 --------------------------------------------------------------
+
+        FusedBatchNormGradV2::FusedBatchNormGradV2(const Scope& scope, const tensor& y_backprop, const tensor& x,
+                                                   const tensor& scale, const tensor& reserve_space_1,
+                                                   const tensor& reserve_space_2)
+            : FusedBatchNormGradV2(scope, y_backprop, x, scale, reserve_space_1, reserve_space_2, Attrs())
+        {
+        }
+
+        FusedBatchNormGradV2::FusedBatchNormGradV2(const Scope& scope, const tensor& y_backprop, const tensor& x,
+                                                   const tensor& scale, const tensor& reserve_space_1,
+                                                   const tensor& reserve_space_2, const Attrs& attrs)
+        {
+            const char* op = "FusedBatchNormGradV2";
+            check_device(scope, y_backprop, op, "y_backprop");
+            check_device(scope, x, op, "x");
+            check_device(scope, scale, op, "scale");
+            check_device(scope, reserve_space_1, op, "reserve_space_1");
+            check_device(scope, reserve_space_2, op, "reserve_space_2");
+            grad_mode_guard recording(scope.records_gradients());
+            // V2 has no reserve_space_3 input: the core function takes it undefined.
+            batch_norm_grad_result r = fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
+                                                             tensor(), core_attrs(attrs), batch_norm_grad_version::v2);
+            x_backprop = std::move(r.x_backprop);
+            scale_backprop = std::move(r.scale_backprop);
+            offset_backprop = std::move(r.offset_backprop);
+            reserve_space_3 = std::move(r.placeholder_1);
+            reserve_space_4 = std::move(r.placeholder_2);
+        }
+    }
+}
