@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the CPU backend: the float16 staging of the fast batch-norm kernels
-// (batch_norm.cpp), and `operands`, which hands the SIMD functors (batch_norm_simd.hpp) their
+// (kernels.cpp), and `operands`, which hands the SIMD functors (simd.hpp) their
 // x-like pointers. Kept apart from the kernels because it is a separate concern: where the
 // tensors' dtypes meet the functors' arithmetic type S.
 //
@@ -9,8 +9,8 @@
 // - float16 tensors are converted to float in cache-resident pieces (at most `piece` or
 //   run_span elements per input) just before the SIMD code reads them, and outputs rounded to
 //   16 bits once, after it: with F16C (simd::f16_to_f32_f16c / f32_to_f16_f16c of
-//   kernels_avx2.cpp) when use_f16c(), else convert.hpp. widen_rows / narrow_rows are defined
-//   in batch_norm_convert.cpp (built with the default flags, like batch_norm.cpp).
+//   ../simd_avx2.cpp) when use_f16c(), else backends/cpu/convert.hpp. widen_rows /
+//   narrow_rows are defined in convert.cpp (built with the default flags, like kernels.cpp).
 #include <cstdint>
 #include <type_traits>
 #include <vector>

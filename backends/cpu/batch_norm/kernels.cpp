@@ -1,19 +1,10 @@
 // The fast batch-norm kernels (batch_norm_kernels.hpp): the nine public kernels, their
 // per-channel coefficients, and how the one-read kernels cut a tensor into channel blocks. At
 // simd_level::scalar every kernel forwards to its xgrad::cpu::reference twin
-// (batch_norm_reference.cpp).
+// (reference.cpp). This file says what each kernel computes; README.md maps the files it
+// builds on (plan, walk, convert, simd).
 //
-// Split by concern:
-// - batch_norm_plan.hpp: the layout (tiles or runs) and work items of an [outer, C, inner]
-//   tensor, the fixed-order pairwise combination of partial sums, and the error bound that
-//   order gives;
-// - batch_norm_walk.hpp: the threaded reductions and elementwise passes over those items;
-// - batch_norm_convert.hpp / .cpp: the float16 staging (pieces converted to float and back)
-//   and the ReLU mask of staged gradients;
-// - batch_norm_simd.hpp / _impl.hpp: the SIMD inner loops (bfloat16 converted in registers);
-// - this file: what each kernel computes.
-//
-// Design (the layout and summation order: batch_norm_plan.hpp; the measurements behind the
+// Design (the layout and summation order: plan.hpp; the measurements behind the
 // memory schedule: docs/performance.md):
 // - Memory passes over DRAM: bn_grad_inference one (the sums and dx together); bn_grad_apply,
 //   bn_grad_reduce and bn_normalize one each; bn_moments two (the mean; then, around it, the
@@ -35,11 +26,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/batch_norm_convert.hpp"
+#include "backends/cpu/batch_norm/convert.hpp"
+#include "backends/cpu/batch_norm/plan.hpp"
+#include "backends/cpu/batch_norm/simd.hpp"
+#include "backends/cpu/batch_norm/walk.hpp"
 #include "backends/cpu/batch_norm_kernels.hpp"
-#include "backends/cpu/batch_norm_plan.hpp"
-#include "backends/cpu/batch_norm_simd.hpp"
-#include "backends/cpu/batch_norm_walk.hpp"
 #include "backends/cpu/convert.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/cpu/simd_kernels.hpp"

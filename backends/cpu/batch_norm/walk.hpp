@@ -1,9 +1,9 @@
 #pragma once
 // Internal to the CPU backend: the threaded walks of the fast batch-norm kernels
-// (batch_norm.cpp): the per-channel reductions and the elementwise affine outputs over an
+// (kernels.cpp): the per-channel reductions and the elementwise affine outputs over an
 // [outer, C, inner] tensor (or a block of its channels), in the work items of
-// batch_norm_plan.hpp, calling the SIMD functors of batch_norm_simd.hpp on pointers that
-// operands (batch_norm_convert.hpp) hands out: the tensors themselves, or staged float pieces.
+// plan.hpp, calling the SIMD functors of simd.hpp on pointers that
+// operands (convert.hpp) hands out: the tensors themselves, or staged float pieces.
 // Kept apart from the kernels, which only say what each one computes.
 #include <algorithm>
 #include <cstdint>
@@ -12,9 +12,9 @@
 
 #include <emmintrin.h> // _mm_sfence
 
-#include "backends/cpu/batch_norm_convert.hpp"
-#include "backends/cpu/batch_norm_plan.hpp"
-#include "backends/cpu/batch_norm_simd.hpp"
+#include "backends/cpu/batch_norm/convert.hpp"
+#include "backends/cpu/batch_norm/plan.hpp"
+#include "backends/cpu/batch_norm/simd.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "xgrad/thread_pool.hpp"
 
