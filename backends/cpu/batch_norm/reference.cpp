@@ -1,10 +1,10 @@
 // Reference batch-norm kernels: the formulas of docs/batch_norm.md written as plain loops over
 // [outer, C, inner], single-threaded, accumulating in double. The oracle the fast kernels are
 // tested against; not meant to be fast.
-#include <cmath>
 #include <type_traits>
 #include <vector>
 
+#include "backends/common/batch_norm_coefficients.hpp"
 #include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/convert.hpp"
 
@@ -48,7 +48,7 @@ namespace xgrad::cpu::reference
         double inv_std(const void* var, std::int64_t c, double eps, bool is_double)
         {
             const double v = is_double ? static_cast<const double*>(var)[c] : static_cast<const float*>(var)[c];
-            return 1.0 / std::sqrt(v + eps);
+            return kernels::bn_inv_std(v, eps);
         }
     }
 
@@ -208,30 +208,30 @@ namespace xgrad::cpu::reference
             using T = decltype(t);
             using S = decltype(s);
             const double R = static_cast<double>(outer * inner);
-            for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
-                const double r = inv_std(var, c, eps, std::is_same_v<S, double>);
-                const double gamma = load<S>(scale, c), ac = load<S>(a, c), bc = load<S>(b, c);
-                const double xh = (load<T>(x, k) - load<S>(mean, c)) * r;
-                const double gv = load<T>(g, k), av = load<T>(A, k);
-                if (!training)
-                {
-                    if (d_g)
-                        store<T>(d_g, k, gamma * r * av + ac * xh + bc);
-                    if (d_x)
-                        store<T>(d_x, k, ac * gv * r);
-                    return;
-                }
-                const double g_mean = load<S>(sums, c) / R, gxh_mean = load<S>(sums, C + c) / R;
-                const double A_mean = load<S>(sums, 2 * C + c) / R, Axh_mean = load<S>(sums, 3 * C + c) / R;
-                const double Ag_mean = load<S>(sums, 4 * C + c) / R;
+            // The per-channel coefficients of the formulas (backends/common/batch_norm_coefficients.hpp),
+            // kept in double: the outputs are rounded once, to S and then T.
+            std::vector<kernels::bn_grad_grad_coefficients> k(static_cast<std::size_t>(C));
+            for (std::int64_t c = 0; c < C; ++c)
+            {
+                kernels::bn_grad_grad_sums cs{}; // read in training only
+                if (training)
+                    cs = {load<S>(sums, c), load<S>(sums, C + c), load<S>(sums, 2 * C + c), load<S>(sums, 3 * C + c),
+                          load<S>(sums, 4 * C + c)};
+                k[c] = kernels::bn_grad_grad_coefficients_of(load<S>(scale, c), load<S>(mean, c), load<S>(var, c), eps,
+                                                             cs, load<S>(a, c), load<S>(b, c), R, training);
+            }
+            for_each(outer, C, inner, [&](std::int64_t i, std::int64_t c) {
+                const kernels::bn_grad_grad_coefficients& kc = k[c];
                 if (d_g)
-                    store<T>(d_g, k, gamma * r * (av - A_mean - xh * Axh_mean) + ac * xh + bc);
+                    store<T>(d_g, i,
+                             kc.dg_A * (load<T>(A, i) - kc.mean_A) + kc.dg_x * (load<T>(x, i) - kc.mean) + kc.dg_k);
                 if (d_x)
                 {
-                    const double A_gc_mean = Ag_mean - A_mean * g_mean; // mean(A (g - mean g))
-                    const double term = 3 * xh * Axh_mean * gxh_mean - xh * A_gc_mean - (av - A_mean) * gxh_mean -
-                                        (gv - g_mean) * Axh_mean;
-                    store<T>(d_x, k, gamma * r * r * term + ac * r * (gv - g_mean - xh * gxh_mean));
+                    // Inference d_x = a r g reads g alone (A and x, possibly non-finite, are not read).
+                    double v = kc.dx_g * (load<T>(g, i) - kc.mean_g);
+                    if (training)
+                        v = kc.dx_A * (load<T>(A, i) - kc.mean_A) + v + kc.dx_x * (load<T>(x, i) - kc.mean);
+                    store<T>(d_x, i, v);
                 }
             });
         });
