@@ -34,30 +34,52 @@ namespace xgrad::cpu::bn_detail
             g[j] = y[j] > S(0) ? g[j] : S(0);
     }
 
-    /// The x-like operands of one kernel call, handed to the SIMD functors in place (as T: when
-    /// T is S, or bfloat16, which the functors convert in registers; a fused ReLU's output y
-    /// is then handed over too, and the functors mask g with it), or, for float16, staged piece
-    /// by piece into per-thread scratch in S (converted, g masked here; outputs converted back
-    /// by finish()).
+    /// The x-like inputs of one kernel call, handed to the SIMD functors in place (as T: when T
+    /// is S, or bfloat16, which the functors convert in registers; a fused ReLU's output y is
+    /// then handed over too, and the functors mask g with it), or, for float16, staged piece by
+    /// piece into per-thread scratch in S (converted, g masked here). Built from the inputs a
+    /// kernel has, e.g. operands<T, S>(f16c).with_x(x).with_g(dy, y); absent inputs stay null.
     template <class T, class S>
     struct operands
     {
         static constexpr bool direct = std::is_same_v<T, S>;
         /// Whether the functors read and write T themselves.
         static constexpr bool in_place = direct || (std::is_same_v<S, float> && std::is_same_v<T, bfloat16_t>);
-        const T* x;
-        const T* g;
-        const T* a;
-        T* out;
-        bool f16c;
-        /// Not null: g is read as (y > 0 ? g : 0).
-        const T* y = nullptr;
-
         static constexpr bool staged() noexcept { return !in_place; }
         /// The element type of the pointers begin() hands out: S (scratch) when staged, else T.
         using ptr_type = std::conditional_t<staged(), S, T>;
 
-        /// Per-thread buffers for one piece (empty when nothing is staged).
+        const T* x = nullptr;
+        const T* g = nullptr;
+        const T* a = nullptr;
+        /// Not null (with g): g is read as (y > 0 ? g : 0).
+        const T* y = nullptr;
+        bool f16c = false;
+
+        explicit operands(bool use_f16c) noexcept : f16c(use_f16c) {}
+        operands with_x(const T* p) const noexcept
+        {
+            operands o = *this;
+            o.x = p;
+            return o;
+        }
+        /// g, read as (y > 0 ? g : 0) when the fused ReLU's output y is given.
+        operands with_g(const T* p, const T* relu_y = nullptr) const noexcept
+        {
+            operands o = *this;
+            o.g = p;
+            o.y = relu_y;
+            return o;
+        }
+        operands with_a(const T* p) const noexcept
+        {
+            operands o = *this;
+            o.a = p;
+            return o;
+        }
+
+        /// Per-thread buffers for one piece of the inputs and of one output (empty when nothing
+        /// is staged).
         struct scratch
         {
             std::vector<S> x, g, a, out, y;
@@ -68,51 +90,79 @@ namespace xgrad::cpu::bn_detail
             }
         };
 
-        /// Pointers to rows [0, rows) of n elements starting at element `offset`, rows `stride`
-        /// apart; `stride_out` receives the row stride of the pointers returned. Not staged: the
-        /// tensors themselves, and py = y for the functors to mask g with. Staged: scratch
-        /// (inputs are staged now, g already masked, py null; a staged output is written back by
-        /// finish()).
-        void begin(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
-                   const ptr_type*& px, const ptr_type*& pg, const ptr_type*& pa, ptr_type*& pout,
-                   const ptr_type*& py, std::int64_t& stride_out) const
+        /// The input pointers of one piece (null where the input is absent) and their row stride.
+        struct piece
         {
-            py = nullptr;
+            const ptr_type* x = nullptr;
+            const ptr_type* g = nullptr;
+            const ptr_type* a = nullptr;
+            /// In place only: y for the functors to mask g with (staged: g is masked already).
+            const ptr_type* y = nullptr;
+            std::int64_t stride = 0;
+        };
+
+        /// Rows [0, rows) of n elements starting at element `offset`, rows `stride` apart. Not
+        /// staged: the tensors themselves. Staged: scratch, converted now.
+        piece begin(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride) const
+        {
+            piece p;
             if constexpr (staged())
-                stage(s, offset, rows, n, stride, px, pg, pa, pout, stride_out);
+            {
+                auto stage = [&](std::vector<S>& dst, const T* src) {
+                    widen_rows(dst.data(), src + offset, rows, n, stride, f16c);
+                    return dst.data();
+                };
+                p.x = x ? stage(s.x, x) : nullptr;
+                p.g = g ? stage(s.g, g) : nullptr;
+                p.a = a ? stage(s.a, a) : nullptr;
+                if (g && y)
+                    mask_by_positive(s.g.data(), stage(s.y, y), rows * n);
+                p.stride = n;
+            }
             else
             {
-                px = x ? x + offset : nullptr;
-                pg = g ? g + offset : nullptr;
-                pa = a ? a + offset : nullptr;
-                pout = out ? out + offset : nullptr;
-                py = g && y ? y + offset : nullptr;
-                stride_out = stride;
+                p.x = x ? x + offset : nullptr;
+                p.g = g ? g + offset : nullptr;
+                p.a = a ? a + offset : nullptr;
+                p.y = g && y ? y + offset : nullptr;
+                p.stride = stride;
             }
+            return p;
         }
+    };
 
-        void stage(scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride,
-                   const S*& px, const S*& pg, const S*& pa, S*& pout, std::int64_t& stride_out) const
+    /// One x-like output, staged exactly when the inputs of the same T and S are (operands):
+    /// written by the functors in place, or into scratch and rounded to T by finish().
+    template <class T, class S>
+    struct output_operand
+    {
+        using ptr_type = typename operands<T, S>::ptr_type;
+        using scratch = typename operands<T, S>::scratch;
+
+        T* out;
+        bool f16c;
+
+        /// Where the functors write one piece (as operands::begin) and its row stride.
+        struct piece
         {
-            auto stage = [&](std::vector<S>& dst, const T* src) {
-                widen_rows(dst.data(), src + offset, rows, n, stride, f16c);
-                return dst.data();
-            };
-            px = x ? stage(s.x, x) : nullptr;
-            pg = g ? stage(s.g, g) : nullptr;
-            pa = a ? stage(s.a, a) : nullptr;
-            if (g && y)
-                mask_by_positive(s.g.data(), stage(s.y, y), rows * n);
-            pout = out ? s.out.data() : nullptr;
-            stride_out = n;
+            ptr_type* out;
+            std::int64_t stride;
+        };
+
+        piece begin(scratch& s, std::int64_t offset, std::int64_t n, std::int64_t stride) const noexcept
+        {
+            if constexpr (operands<T, S>::staged())
+                return {s.out.data(), n};
+            else
+                return {out + offset, stride};
         }
 
+        /// Writes a staged piece back (rounded once to T); nothing when in place.
         void finish(const scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n,
                     std::int64_t stride) const
         {
-            if constexpr (staged())
-                if (out)
-                    narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);
+            if constexpr (operands<T, S>::staged())
+                narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);
         }
     };
 }
