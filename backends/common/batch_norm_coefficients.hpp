@@ -1,9 +1,11 @@
 #pragma once
 // The per-channel coefficients of the second-order batch-norm outputs (bn_grad_grad_apply),
-// written once for every backend: the CPU fast kernels (backends/cpu/batch_norm/kernels.cpp),
-// the CPU reference kernels (backends/cpu/batch_norm/reference.cpp) and the CUDA kernels
-// (backends/cuda/batch_norm.cpp, compiled for the device by nvcc). Host and device code
-// (XGRAD_HD); no dependency on a backend.
+// written once for every backend: the CPU fast kernels (backends/cpu/batch_norm/kernels.cpp) and
+// the CUDA kernels (backends/cuda/batch_norm.cpp, compiled for the device by nvcc) take the
+// coefficients; the CPU reference kernels (backends/cpu/batch_norm/reference.cpp) take the
+// per-channel means they are made of and evaluate the formulas of section 2.3 as written, so
+// the oracle does not share the fast kernels' rearrangement. Host and device code (XGRAD_HD);
+// no dependency on a backend.
 //
 // The formulas are those of docs/batch_norm.md section 2.3, derived in its section 3 and
 // written from the five sums of section 3.7. Every output is an affine function of the
@@ -43,6 +45,26 @@ namespace xgrad::kernels
         double g, g_xh, A, A_xh, A_g;
     };
 
+    /// One channel's r and the means of section 3.7, from its sums (R elements, R > 0):
+    /// g = mean(g), g_xh = mean(g xh), A = mean(A), A_xh = mean(A xh), A_gc = mean(A (g - mean g)).
+    struct bn_grad_grad_means
+    {
+        double r, g, g_xh, A, A_xh, A_gc;
+    };
+
+    XGRAD_HD inline bn_grad_grad_means bn_grad_grad_means_of(double var, double eps, const bn_grad_grad_sums& sums,
+                                                             double R)
+    {
+        bn_grad_grad_means m{};
+        m.r = bn_inv_std(var, eps);
+        m.g = sums.g / R;
+        m.g_xh = sums.g_xh / R;
+        m.A = sums.A / R;
+        m.A_xh = sums.A_xh / R;
+        m.A_gc = sums.A_g / R - m.A * m.g;
+        return m;
+    }
+
     /// One channel's coefficients of d_g and d_x (the expressions in the header comment).
     struct bn_grad_grad_coefficients
     {
@@ -70,9 +92,8 @@ namespace xgrad::kernels
             k.dx_g = a * r;
             return k;
         }
-        const double g_mean = sums.g / R, gxh_mean = sums.g_xh / R;
-        const double A_mean = sums.A / R, Axh_mean = sums.A_xh / R;
-        const double A_gc_mean = sums.A_g / R - A_mean * g_mean; // mean(A (g - mean g))
+        const bn_grad_grad_means m = bn_grad_grad_means_of(var, eps, sums, R);
+        const double g_mean = m.g, gxh_mean = m.g_xh, A_mean = m.A, Axh_mean = m.A_xh, A_gc_mean = m.A_gc;
         k.mean_A = A_mean;
         k.mean_g = g_mean;
         k.dg_x = r * (a - gamma * r * Axh_mean);

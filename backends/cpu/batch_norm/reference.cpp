@@ -208,30 +208,42 @@ namespace xgrad::cpu::reference
             using T = decltype(t);
             using S = decltype(s);
             const double R = static_cast<double>(outer * inner);
-            // The per-channel coefficients of the formulas (backends/common/batch_norm_coefficients.hpp),
-            // kept in double: the outputs are rounded once, to S and then T.
-            std::vector<kernels::bn_grad_grad_coefficients> k(static_cast<std::size_t>(C));
+            // Per channel: r, and in training the means of the five sums
+            // (backends/common/batch_norm_coefficients.hpp).
+            std::vector<kernels::bn_grad_grad_means> means(static_cast<std::size_t>(C));
             for (std::int64_t c = 0; c < C; ++c)
             {
-                kernels::bn_grad_grad_sums cs{}; // read in training only
-                if (training)
-                    cs = {load<S>(sums, c), load<S>(sums, C + c), load<S>(sums, 2 * C + c), load<S>(sums, 3 * C + c),
-                          load<S>(sums, 4 * C + c)};
-                k[c] = kernels::bn_grad_grad_coefficients_of(load<S>(scale, c), load<S>(mean, c), load<S>(var, c), eps,
-                                                             cs, load<S>(a, c), load<S>(b, c), R, training);
+                if (!training)
+                {
+                    means[c].r = inv_std(var, c, eps, std::is_same_v<S, double>);
+                    continue;
+                }
+                const kernels::bn_grad_grad_sums cs{load<S>(sums, c), load<S>(sums, C + c), load<S>(sums, 2 * C + c),
+                                                    load<S>(sums, 3 * C + c), load<S>(sums, 4 * C + c)};
+                means[c] = kernels::bn_grad_grad_means_of(load<S>(var, c), eps, cs, R);
             }
-            for_each(outer, C, inner, [&](std::int64_t i, std::int64_t c) {
-                const kernels::bn_grad_grad_coefficients& kc = k[c];
+            for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
+                const kernels::bn_grad_grad_means& mc = means[c];
+                const double r = mc.r;
+                const double gamma = load<S>(scale, c), ac = load<S>(a, c), bc = load<S>(b, c);
+                const double xh = (load<T>(x, k) - load<S>(mean, c)) * r;
+                const double gv = load<T>(g, k), av = load<T>(A, k);
+                if (!training)
+                {
+                    if (d_g)
+                        store<T>(d_g, k, gamma * r * av + ac * xh + bc);
+                    if (d_x)
+                        store<T>(d_x, k, ac * gv * r);
+                    return;
+                }
+                const double g_mean = mc.g, gxh_mean = mc.g_xh, A_mean = mc.A, Axh_mean = mc.A_xh;
                 if (d_g)
-                    store<T>(d_g, i,
-                             kc.dg_A * (load<T>(A, i) - kc.mean_A) + kc.dg_x * (load<T>(x, i) - kc.mean) + kc.dg_k);
+                    store<T>(d_g, k, gamma * r * (av - A_mean - xh * Axh_mean) + ac * xh + bc);
                 if (d_x)
                 {
-                    // Inference d_x = a r g reads g alone (A and x, possibly non-finite, are not read).
-                    double v = kc.dx_g * (load<T>(g, i) - kc.mean_g);
-                    if (training)
-                        v = kc.dx_A * (load<T>(A, i) - kc.mean_A) + v + kc.dx_x * (load<T>(x, i) - kc.mean);
-                    store<T>(d_x, i, v);
+                    const double term = 3 * xh * Axh_mean * gxh_mean - xh * mc.A_gc - (av - A_mean) * gxh_mean -
+                                        (gv - g_mean) * Axh_mean;
+                    store<T>(d_x, k, gamma * r * r * term + ac * r * (gv - g_mean - xh * gxh_mean));
                 }
             });
         });
