@@ -20,8 +20,8 @@
 // Inference: dg_A = gamma r, dg_x = a r, dg_k = b, dx_g = a r; the other coefficients and
 // mean_A, mean_g are 0 (d_x = a r g depends on g alone).
 //
-// The expressions and their order are fixed: the backends round each coefficient once to the
-// statistics type, and their results are compared bit for bit with earlier versions.
+// The backends round each coefficient once to the statistics type: the expressions and their
+// order here decide the last bits of every second-order output, on both backends alike.
 #include <cmath>
 
 /// Marks functions that run on the device and on the host (nvcc), or on the host alone.
