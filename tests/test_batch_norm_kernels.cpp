@@ -1,10 +1,11 @@
-// Tests of the fast CPU batch-norm kernels (backends/cpu/batch_norm.cpp) against their scalar
-// reference twins (backends/cpu/batch_norm_reference.cpp): every kernel, random and edge shapes
+// Tests of the fast CPU batch-norm kernels (backends/cpu/batch_norm/kernels.cpp) against their scalar
+// reference twins (backends/cpu/batch_norm/reference.cpp): every kernel, random and edge shapes
 // in both layouts (channels-last inner = 1, channels-first inner > 1; outer, C, inner including
 // 0, 1, 3, 17, 67 and other odd sizes; the tile and run paths and their boundaries), the four
 // x dtypes, every SIMD level this machine has (limit_simd_level), outputs pre-filled with NaN
-// (kernels assign), results bitwise independent of the thread count, and simd_level::scalar
-// being the reference bit for bit.
+// (kernels assign), and results bitwise independent of the thread count. The references are
+// called directly (cpu::reference); which of the two a level runs through the kernel table is
+// the dispatch tests' concern.
 //
 // Tolerances, and why (u = unit roundoff of the statistics type S: 2^-24 for float, which also
 // serves float16/bfloat16 tensors, 2^-53 for double; all magnitudes below are computed here in
@@ -35,7 +36,6 @@
 //   inference d_g 12 u M, d_x 6 u M. 16-bit outputs: both sides round their float result once
 //   to the I/O dtype, so they may differ by one ulp of that dtype plus the float difference:
 //   allowed ulp_T(max(|got|, |want|)) + f u M.
-// - At simd_level::scalar the fast kernels forward to the references: identical bits.
 // - NaN only where the reference has NaN.
 #include <doctest/doctest.h>
 
@@ -78,15 +78,8 @@ namespace
         }
     };
 
-    /// scalar, then every SIMD level this build and processor have.
-    std::vector<cpu::simd_level> all_levels()
-    {
-        std::vector<cpu::simd_level> levels{cpu::simd_level::scalar};
-        for (auto l : {cpu::simd_level::sse2, cpu::simd_level::avx2_fma})
-            if (cpu::simd_supported() >= l)
-                levels.push_back(l);
-        return levels;
-    }
+    /// Every SIMD level this build and processor have (scalar alone in an XGRAD_SIMD=scalar build).
+    using cpu_kernels_test::simd_levels;
 
     const char* level_name(cpu::simd_level l)
     {
@@ -546,18 +539,13 @@ namespace
         std::vector<stat_t<T>> gs, ggs;
         reference_sums(p, gs, ggs);
         const outputs<T> want = run_all(p, false, gs, ggs);
-        for (const auto level : all_levels())
+        for (const auto level : simd_levels())
         {
             cpu::limit_simd_level(level);
             const outputs<T> got = run_all(p, true, gs, ggs);
             INFO(dtype_name<T>(), " ", str(p.sh), " level ", level_name(level));
-            if (level == cpu::simd_level::scalar)
-                CHECK_MESSAGE(got == want, "simd_level::scalar must be the reference bit for bit");
-            else
-            {
-                const std::string err = compare(p, got, want, gs, ggs);
-                CHECK_MESSAGE(err.empty(), err);
-            }
+            const std::string err = compare(p, got, want, gs, ggs);
+            CHECK_MESSAGE(err.empty(), err);
         }
         cpu::limit_simd_level(cpu::simd_level::avx2_fma);
     }
@@ -620,7 +608,7 @@ namespace
             const problem<T> p(s, gen);
             std::vector<stat_t<T>> gs, ggs;
             reference_sums(p, gs, ggs);
-            for (const auto level : all_levels())
+            for (const auto level : simd_levels())
             {
                 if (level == cpu::simd_level::scalar)
                     continue;
@@ -710,13 +698,23 @@ TEST_CASE("batch-norm kernels: NaN propagates as in the reference")
 
 TEST_CASE("batch-norm kernels: grad_grad_apply with one output")
 {
-    // Either output may be null; the other is then the same as when both are wanted.
+    // Either output may be null; the other is then the same as when both are wanted: for the
+    // fast kernel at every SIMD level and for the reference.
     settings_guard guard;
     std::mt19937_64 gen(9);
+    struct variant
+    {
+        std::string name;
+        decltype(&cpu::bn_grad_grad_apply) kernel;
+        cpu::simd_level level;
+    };
+    std::vector<variant> variants{{"reference", &cpu::reference::bn_grad_grad_apply, cpu::simd_level::avx2_fma}};
+    for (const auto level : simd_levels())
+        variants.push_back({std::string("level ") + level_name(level), &cpu::bn_grad_grad_apply, level});
     for (const shape s : {shape{67, 5, 1}, shape{3, 2, 67}, shape{17, 3, 3}})
-        for (const auto level : all_levels())
+        for (const auto& v : variants)
         {
-            cpu::limit_simd_level(level);
+            cpu::limit_simd_level(v.level);
             const problem<float> p(s, gen);
             std::vector<float> gs, ggs;
             reference_sums(p, gs, ggs);
@@ -725,15 +723,15 @@ TEST_CASE("batch-norm kernels: grad_grad_apply with one output")
                 const auto N = static_cast<std::size_t>(p.n);
                 std::vector<float> dg(N), dx(N), dg_only(N, NAN), dx_only(N, NAN);
                 auto call = [&](float* d_g, float* d_x) {
-                    cpu::bn_grad_grad_apply(d_g, d_x, p.A.data(), p.dy.data(), p.x.data(), p.scale.data(),
-                                            p.mean.data(), p.var.data(), p.a.data(), p.b.data(), ggs.data(), p.eps,
-                                            training, dtype::float32, s.outer, s.C, s.inner);
+                    v.kernel(d_g, d_x, p.A.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(),
+                             p.var.data(), p.a.data(), p.b.data(), ggs.data(), p.eps, training, dtype::float32,
+                             s.outer, s.C, s.inner);
                 };
                 call(dg.data(), dx.data());
                 call(dg_only.data(), nullptr);
                 call(nullptr, dx_only.data());
                 call(nullptr, nullptr);
-                INFO(str(s), " level ", level_name(level), (training ? " training" : " inference"));
+                INFO(str(s), " ", v.name, (training ? " training" : " inference"));
                 CHECK(same_bits(dg, dg_only));
                 CHECK(same_bits(dx, dx_only));
             }
@@ -769,7 +767,7 @@ TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exa
                                      false, dt, s.outer, s.C, s.inner);
         cpu::reference::bn_grad_inference(dx_want.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr,
                                           scale.data(), zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
-        for (const auto level : all_levels())
+        for (const auto level : simd_levels())
         {
             cpu::limit_simd_level(level);
             cpu::bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0, false,

@@ -1,6 +1,6 @@
 #pragma once
 // Bodies of the SIMD functors declared in simd_kernels.hpp. Included ONLY by the
-// per-instruction-set translation units (kernels_sse2.cpp, kernels_avx2.cpp), each compiled with
+// per-instruction-set translation units (simd_sse2.cpp, simd_avx2.cpp), each compiled with
 // its own flags and explicitly instantiating the functors for its one architecture.
 //
 // Every helper here is a template on the architecture, so each translation unit emits only

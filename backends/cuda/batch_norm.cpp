@@ -1,5 +1,6 @@
 // The CUDA backend's fused batch-norm kernels (contract: backends/cpu/batch_norm_kernels.hpp;
-// formulas: docs/batch_norm.md and backends/cpu/batch_norm_reference.cpp).
+// formulas: docs/batch_norm.md and backends/cpu/batch_norm/reference.cpp; the second-order
+// coefficients: backends/common/batch_norm_coefficients.hpp, shared with the CPU kernels).
 //
 // Every kernel is made of two kinds of passes over memory:
 // - per-channel sums (batch_norm_sums.hpp): P lanes per channel, then a fixed tree, then one
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "backends/common/batch_norm_coefficients.hpp"
 #include "backends/cuda/batch_norm_sums.hpp"
 #include "backends/cuda/device_loop.hpp"
 
@@ -117,14 +119,14 @@ namespace xgrad::cuda
 
         // ---- per-channel coefficients (double, rounded once to S) -------------------------
 
-        XGRAD_HD inline double inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
+        using kernels::bn_inv_std;
 
         /// y = a (x - m) + b: coef[c] = scale r, coef[C + c] = mean, coef[2C + c] = offset.
         template <class S>
         XGRAD_HD inline void normalize_coef(S* coef, i64 C, i64 c, const S* scale, const S* offset, const S* mean,
                                             const S* var, double eps)
         {
-            coef[c] = static_cast<S>(static_cast<double>(scale[c]) * inv_std(static_cast<double>(var[c]), eps));
+            coef[c] = static_cast<S>(static_cast<double>(scale[c]) * bn_inv_std(static_cast<double>(var[c]), eps));
             coef[C + c] = mean[c];
             coef[2 * C + c] = offset[c];
         }
@@ -135,7 +137,7 @@ namespace xgrad::cuda
         XGRAD_HD inline void grad_apply_coef(S* coef, i64 C, i64 c, const S* scale, const S* mean, const S* var,
                                              const S* sum_dy, const S* sum_dy_xc, double eps, double R)
         {
-            const double r = inv_std(static_cast<double>(var[c]), eps), k1 = static_cast<double>(scale[c]) * r;
+            const double r = bn_inv_std(static_cast<double>(var[c]), eps), k1 = static_cast<double>(scale[c]) * r;
             coef[c] = static_cast<S>(k1);
             coef[C + c] = static_cast<S>(static_cast<double>(sum_dy[c]) / R);
             coef[2 * C + c] = static_cast<S>(-k1 * r * r * static_cast<double>(sum_dy_xc[c]) / R);
@@ -211,7 +213,7 @@ namespace xgrad::cuda
             i64 C;
             XGRAD_HD void operator()(i64 c, const double (&s)[5]) const
             {
-                const double r = inv_std(static_cast<double>(var[c]), eps);
+                const double r = bn_inv_std(static_cast<double>(var[c]), eps);
                 sums[c] = static_cast<S>(s[0]);
                 sums[C + c] = static_cast<S>(s[1] * r);
                 sums[2 * C + c] = static_cast<S>(s[2]);
@@ -364,7 +366,7 @@ namespace xgrad::cuda
             S* kf = kbuf.as<S>();
             const S *sc = static_cast<const S*>(scale), *vr = static_cast<const S*>(var);
             for_each_index(C, [=] XGRAD_HD(i64 c) {
-                kf[c] = static_cast<S>(static_cast<double>(sc[c]) * inv_std(static_cast<double>(vr[c]), eps));
+                kf[c] = static_cast<S>(static_cast<double>(sc[c]) * bn_inv_std(static_cast<double>(vr[c]), eps));
             });
             sum_grad<T, S> term{dy, x, y, static_cast<const S*>(mean)};
             term.dx = dx;
@@ -381,7 +383,7 @@ namespace xgrad::cuda
                                finish_grad_grad<S>{static_cast<S*>(sums), static_cast<const S*>(var), eps, C});
         }
 
-        /// Second-order coefficients (docs/batch_norm.md section 5), by C:
+        /// Second-order coefficients (backends/common/batch_norm_coefficients.hpp), by C:
         /// d_g = cg[cA] (A - cg[mA]) + cg[cX] (x - cg[mX]) + cg[cK];
         /// d_x = cx[cA] (A - cx[mA]) + cx[cG] (g - cx[mG]) + cx[cX] (x - cx[mX]) (training),
         ///       cx[cG] g (inference).
@@ -412,34 +414,24 @@ namespace xgrad::cuda
                     *sp = static_cast<const S*>(sums);
             const double R = static_cast<double>(outer * inner);
             for_each_index(C, [=] XGRAD_HD(i64 c) {
-                const double r = inv_std(static_cast<double>(vr[c]), eps), gamma = sc[c], ac = ap[c], bc = bp[c];
-                for (int k = 0; k < n_gg; ++k)
-                    cg[k * C + c] = cx[k * C + c] = S(0);
-                cg[mX * C + c] = cx[mX * C + c] = mn[c];
-                cg[cK * C + c] = static_cast<S>(bc);
-                if (!training)
-                {
-                    // d_g = gamma r A + a r (x - mean) + b; d_x = a r g.
-                    cg[cA * C + c] = static_cast<S>(gamma * r);
-                    cg[cX * C + c] = static_cast<S>(ac * r);
-                    cx[cG * C + c] = static_cast<S>(ac * r);
-                    return;
-                }
-                const double g_mean = sp[c] / R, gxh_mean = sp[C + c] / R;
-                const double A_mean = sp[2 * C + c] / R, Axh_mean = sp[3 * C + c] / R;
-                const double A_gc_mean = sp[4 * C + c] / R - A_mean * g_mean; // mean(A (g - mean g))
-                // d_g = gamma r (A - mean A) + r (a - gamma r mean(A xh)) (x - mean) + b
-                cg[cA * C + c] = static_cast<S>(gamma * r);
-                cg[mA * C + c] = static_cast<S>(A_mean);
-                cg[cX * C + c] = static_cast<S>(r * (ac - gamma * r * Axh_mean));
-                // d_x = -gamma r^2 mean(g xh) (A - mean A) + (a r - gamma r^2 mean(A xh)) (g - mean g)
-                //       + (gamma r^3 (3 mean(A xh) mean(g xh) - mean(A (g - mean g))) - a r^2 mean(g xh)) (x - mean)
-                cx[cA * C + c] = static_cast<S>(-gamma * r * r * gxh_mean);
-                cx[mA * C + c] = static_cast<S>(A_mean);
-                cx[cG * C + c] = static_cast<S>(ac * r - gamma * r * r * Axh_mean);
-                cx[mG * C + c] = static_cast<S>(g_mean);
-                cx[cX * C + c] =
-                    static_cast<S>(gamma * r * r * r * (3 * Axh_mean * gxh_mean - A_gc_mean) - ac * r * r * gxh_mean);
+                kernels::bn_grad_grad_sums cs{}; // read in training only
+                if (training)
+                    cs = {sp[c], sp[C + c], sp[2 * C + c], sp[3 * C + c], sp[4 * C + c]};
+                const auto k =
+                    kernels::bn_grad_grad_coefficients_of(sc[c], mn[c], vr[c], eps, cs, ap[c], bp[c], R, training);
+                cg[cA * C + c] = static_cast<S>(k.dg_A);
+                cg[mA * C + c] = static_cast<S>(k.mean_A);
+                cg[cG * C + c] = cg[mG * C + c] = S(0);
+                cg[cX * C + c] = static_cast<S>(k.dg_x);
+                cg[mX * C + c] = static_cast<S>(k.mean);
+                cg[cK * C + c] = static_cast<S>(k.dg_k);
+                cx[cA * C + c] = static_cast<S>(k.dx_A);
+                cx[mA * C + c] = static_cast<S>(k.mean_A);
+                cx[cG * C + c] = static_cast<S>(k.dx_g);
+                cx[mG * C + c] = static_cast<S>(k.mean_g);
+                cx[cX * C + c] = static_cast<S>(k.dx_x);
+                cx[mX * C + c] = static_cast<S>(k.mean);
+                cx[cK * C + c] = S(0);
             });
             const channel_map ch(outer, C, inner);
             for_each_index(outer * C * inner, [=] XGRAD_HD(i64 i) {

@@ -31,8 +31,15 @@
 #else
 #include <thrust/system/omp/execution_policy.h>
 #endif
-/// Marks functions and lambdas that run on the device (and on the host).
-#define XGRAD_HD XGRAD_HOST_DEVICE
+/// Marks functions and lambdas that run on the device (and on the host). The same definition
+/// as in backends/common/batch_norm_coefficients.hpp, whichever header comes first.
+#ifndef XGRAD_HD
+#if defined(__CUDACC__)
+#define XGRAD_HD __host__ __device__
+#else
+#define XGRAD_HD
+#endif
+#endif
 
 namespace xgrad::cuda::detail
 {

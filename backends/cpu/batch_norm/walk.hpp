@@ -1,9 +1,9 @@
 #pragma once
 // Internal to the CPU backend: the threaded walks of the fast batch-norm kernels
-// (batch_norm.cpp): the per-channel reductions and the elementwise affine outputs over an
+// (kernels.cpp): the per-channel reductions and the elementwise affine outputs over an
 // [outer, C, inner] tensor (or a block of its channels), in the work items of
-// batch_norm_plan.hpp, calling the SIMD functors of batch_norm_simd.hpp on pointers that
-// operands (batch_norm_convert.hpp) hands out: the tensors themselves, or staged float pieces.
+// plan.hpp, calling the SIMD functors of simd.hpp on pointers that
+// operands (convert.hpp) hands out: the tensors themselves, or staged float pieces.
 // Kept apart from the kernels, which only say what each one computes.
 #include <algorithm>
 #include <cstdint>
@@ -12,9 +12,9 @@
 
 #include <emmintrin.h> // _mm_sfence
 
-#include "backends/cpu/batch_norm_convert.hpp"
-#include "backends/cpu/batch_norm_plan.hpp"
-#include "backends/cpu/batch_norm_simd.hpp"
+#include "backends/cpu/batch_norm/convert.hpp"
+#include "backends/cpu/batch_norm/plan.hpp"
+#include "backends/cpu/batch_norm/simd.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -24,12 +24,12 @@ namespace xgrad::cpu::bn_detail
     using simd::bn_sums;
 
     // ---------------------------------------------------------------------------------
-    // Reductions: sums[s * C + c] for s < bn_sum_count(kind); kind grad_out also writes
-    // out = g * k[c]. m, k: per channel (null when the kind does not read them).
+    // Reductions: sums[s * C + c] for s < bn_sum_count(kind). m, k: per channel (null when the
+    // kind does not read them); out: the output of kind grad_out (out = g * k[c]), else null.
 
     template <class T, class S>
     void reduce_tiles(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
-                      S* sums)
+                      const output_operand<T, S>* out, S* sums)
     {
         using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
@@ -69,11 +69,15 @@ namespace xgrad::cpu::bn_detail
                         const std::int64_t step = io.staged() ? sub_rows : t.nr;
                         for (std::int64_t r = 0; r < t.nr; r += step)
                         {
-                            const std::int64_t rows = std::min(step, t.nr - r);
+                            const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
+                            const auto in = io.begin(scr, off, rows, t.nvalid, rs);
                             simd::bn_tile<S, P> tile{};
-                            io.begin(scr, base + r * rs, rows, t.nvalid, rs, tile.x, tile.g, tile.a, tile.out,
-                                     tile.y, tile.in_stride);
-                            tile.out_stride = tile.in_stride;
+                            tile.x = in.x;
+                            tile.g = in.g;
+                            tile.a = in.a;
+                            tile.y = in.y;
+                            tile.out = out ? out->begin(scr, off, t.nvalid, rs).out : nullptr;
+                            tile.in_stride = tile.out_stride = in.stride;
                             tile.nrows = rows;
                             tile.ncols = t.nvalid;
                             tile.m = mcol.data();
@@ -82,7 +86,8 @@ namespace xgrad::cpu::bn_detail
                             tile.acc_stride = cb;
                             tile.accumulate = r > 0;
                             simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
-                            io.finish(scr, base + r * rs, rows, t.nvalid, rs);
+                            if (out)
+                                out->finish(scr, off, rows, t.nvalid, rs);
                         }
                         for (int s = 0; s < K; ++s)
                         {
@@ -108,7 +113,7 @@ namespace xgrad::cpu::bn_detail
 
     template <class T, class S>
     void reduce_runs(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
-                     S* sums)
+                     const output_operand<T, S>* out, S* sums)
     {
         using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
@@ -137,13 +142,19 @@ namespace xgrad::cpu::bn_detail
                                  run.k = k ? k + b.c0 : nullptr;
                                  run.state = state.data();
                                  run.sums = local.data();
-                                 io.begin(scr, off, b.nc, b.n, geo.inner, run.x, run.g, run.a, run.out, run.y,
-                                          run.c_stride);
+                                 const auto in = io.begin(scr, off, b.nc, b.n, geo.inner);
+                                 run.x = in.x;
+                                 run.g = in.g;
+                                 run.a = in.a;
+                                 run.y = in.y;
+                                 run.out = out ? out->begin(scr, off, b.n, geo.inner).out : nullptr;
+                                 run.c_stride = in.stride;
                                  run.no = step;
                                  run.init = o == 0;
                                  run.finish = o + step == b.no;
                                  simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, P>*>(&run), kind);
-                                 io.finish(scr, off, b.nc, b.n, geo.inner);
+                                 if (out)
+                                     out->finish(scr, off, b.nc, b.n, geo.inner);
                              }
                              for (std::int64_t ci = 0; ci < b.nc; ++ci)
                                  for (int s = 0; s < K; ++s)
@@ -156,19 +167,34 @@ namespace xgrad::cpu::bn_detail
                 sums[s * C + c] = pairwise(partial.data() + c * ipc * K + s, ipc, K);
     }
 
-    /// The per-channel sums of `kind`; zeros when there are no elements.
     template <class T, class S>
-    std::vector<S> reduce(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m,
-                          const S* k)
+    std::vector<S> reduce_impl(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
+                               const output_operand<T, S>* out)
     {
         std::vector<S> sums(static_cast<std::size_t>(simd::bn_sum_count(kind) * geo.C), S(0));
         if (geo.numel == 0)
             return sums;
         if (geo.tiles)
-            reduce_tiles(geo, kind, io, m, k, sums.data());
+            reduce_tiles(geo, kind, io, m, k, out, sums.data());
         else
-            reduce_runs(geo, kind, io, m, k, sums.data());
+            reduce_runs(geo, kind, io, m, k, out, sums.data());
         return sums;
+    }
+
+    /// The per-channel sums of `kind` (x: no centre; centred, grad, grad_grad: centre m[c]) of
+    /// the inputs io; zeros when there are no elements.
+    template <class T, class S>
+    std::vector<S> reduce(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m = nullptr)
+    {
+        return reduce_impl<T, S>(geo, kind, io, m, nullptr, nullptr);
+    }
+
+    /// The sums of kind grad_out (centre m[c]), writing out = g * k[c] in the same pass.
+    template <class T, class S>
+    std::vector<S> reduce_writing(const geometry& geo, const operands<T, S>& io, const S* m, const S* k,
+                                  const output_operand<T, S>& out)
+    {
+        return reduce_impl<T, S>(geo, bn_sums::grad_out, io, m, k, &out);
     }
 
     // ---------------------------------------------------------------------------------
@@ -185,10 +211,10 @@ namespace xgrad::cpu::bn_detail
         bool stream = false; // non-temporal stores where the output is written in place
     };
 
-    /// y: when not null, g is read as (y > 0 ? g : 0) (the fused ReLU's backward).
+    /// The nouts outputs (1 or 2) from the inputs io (g masked by io's y when given, the fused
+    /// ReLU's backward); only the inputs some output uses are read.
     template <class T, class S>
-    void apply(const geometry& geo, const T* a, const T* g, const T* x, const affine_out<T, S>* outs, int nouts,
-               bool f16c, const T* y = nullptr)
+    void apply(const geometry& geo, const operands<T, S>& io, const affine_out<T, S>* outs, int nouts)
     {
         if (geo.numel == 0)
             return;
@@ -196,8 +222,11 @@ namespace xgrad::cpu::bn_detail
         for (int o = 0; o < nouts; ++o)
             need_a |= outs[o].a, need_g |= outs[o].g, need_x |= outs[o].x;
         // Inputs converted once per piece for every output; each output written back itself.
-        const operands<T, S> in{need_x ? x : nullptr, need_g ? g : nullptr, need_a ? a : nullptr, nullptr, f16c,
-                                need_g ? y : nullptr};
+        const bool f16c = io.f16c;
+        const operands<T, S> in = operands<T, S>(f16c)
+                                      .with_x(need_x ? io.x : nullptr)
+                                      .with_g(need_g ? io.g : nullptr, need_g ? io.y : nullptr)
+                                      .with_a(need_a ? io.a : nullptr);
         const std::int64_t C = geo.C;
         // Streaming only pays when whole cache lines are written: rows (runs: segments;
         // tiles: the columns of an item) a multiple of 64 bytes long and apart.
@@ -213,30 +242,27 @@ namespace xgrad::cpu::bn_detail
             if (streaming)
                 _mm_sfence();
         };
-        // pa, pg, px, py: as in.begin handed them out (scratch when staged, else the tensors).
+        // pin: the inputs as in.begin handed them out (scratch when staged, else the tensors).
         using P = typename operands<T, S>::ptr_type;
+        using in_piece = typename operands<T, S>::piece;
         auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
-                        std::int64_t rows, std::int64_t n, std::int64_t stride, const P* pa, const P* pg,
-                        const P* px, const P* py, const S* const* coef, std::int64_t coef_stride,
-                        std::int64_t coef_row_stride) {
-            const operands<T, S> out{nullptr, nullptr, nullptr, o.out, f16c}; // staged iff the inputs are
-            const P *unused_x, *unused_g, *unused_a, *unused_y;
-            P* pout = nullptr;
-            std::int64_t pstride = 0;
-            out.begin(scr, offset, rows, n, stride, unused_x, unused_g, unused_a, pout, unused_y, pstride);
+                        std::int64_t rows, std::int64_t n, std::int64_t stride, const in_piece& pin,
+                        const S* const* coef, std::int64_t coef_stride, std::int64_t coef_row_stride) {
+            const output_operand<T, S> out{o.out, f16c};
+            const auto pout = out.begin(scr, offset, n, stride);
             simd::bn_affine<S, P> p{};
-            p.out = pout;
-            p.a = o.a ? pa : nullptr;
-            p.g = o.g ? pg : nullptr;
-            p.y = o.g ? py : nullptr;
-            p.x = o.x ? px : nullptr;
+            p.out = pout.out;
+            p.a = o.a ? pin.a : nullptr;
+            p.g = o.g ? pin.g : nullptr;
+            p.y = o.g ? pin.y : nullptr;
+            p.x = o.x ? pin.x : nullptr;
             for (int q = 0; q < 7; ++q)
                 p.coef[q] = coef[q];
             p.coef_stride = coef_stride;
             p.coef_row_stride = coef_row_stride;
             p.nrows = rows;
             p.n = n;
-            p.stride = pstride;
+            p.stride = pout.stride;
             p.relu = o.relu;
             p.stream = streaming && o.stream;
             simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S, P>*>(&p));
@@ -272,13 +298,9 @@ namespace xgrad::cpu::bn_detail
                                  for (std::int64_t r = 0; r < t.nr; r += step)
                                  {
                                      const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
-                                     const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
-                                     P* unused_out = nullptr;
-                                     std::int64_t pstride = 0;
-                                     in.begin(scr, off, rows, t.nvalid, rs, px, pg, pa, unused_out, py, pstride);
+                                     const in_piece pin = in.begin(scr, off, rows, t.nvalid, rs);
                                      for (int o = 0; o < nouts; ++o)
-                                         call(outs[o], scr, off, rows, t.nvalid, rs, pa, pg, px, py, coef[o], 1,
-                                              0);
+                                         call(outs[o], scr, off, rows, t.nvalid, rs, pin, coef[o], 1, 0);
                                  }
                              }
                              fence();
@@ -296,17 +318,13 @@ namespace xgrad::cpu::bn_detail
                                  // The no segments of one channel (one row per outer index, all
                                  // with the channel's coefficients): one call, not one per segment.
                                  const std::int64_t off = b.o0 * geo.ostride + (b.c0 + ci) * geo.inner + b.i0;
-                                 const P *px = nullptr, *pg = nullptr, *pa = nullptr, *py = nullptr;
-                                 P* unused_out = nullptr;
-                                 std::int64_t pstride = 0;
-                                 in.begin(scr, off, b.no, b.n, geo.ostride, px, pg, pa, unused_out, py, pstride);
+                                 const in_piece pin = in.begin(scr, off, b.no, b.n, geo.ostride);
                                  for (int q = 0; q < nouts; ++q)
                                  {
                                      const S* coef[7];
                                      for (int k = 0; k < 7; ++k)
                                          coef[k] = outs[q].coef + k * C + b.c0 + ci;
-                                     call(outs[q], scr, off, b.no, b.n, geo.ostride, pa, pg, px, py, coef, 0,
-                                          0);
+                                     call(outs[q], scr, off, b.no, b.n, geo.ostride, pin, coef, 0, 0);
                                  }
                              }
                          }

@@ -1,10 +1,10 @@
 // Reference batch-norm kernels: the formulas of docs/batch_norm.md written as plain loops over
 // [outer, C, inner], single-threaded, accumulating in double. The oracle the fast kernels are
 // tested against; not meant to be fast.
-#include <cmath>
 #include <type_traits>
 #include <vector>
 
+#include "backends/common/batch_norm_coefficients.hpp"
 #include "backends/cpu/batch_norm_kernels.hpp"
 #include "backends/cpu/convert.hpp"
 
@@ -48,7 +48,7 @@ namespace xgrad::cpu::reference
         double inv_std(const void* var, std::int64_t c, double eps, bool is_double)
         {
             const double v = is_double ? static_cast<const double*>(var)[c] : static_cast<const float*>(var)[c];
-            return 1.0 / std::sqrt(v + eps);
+            return kernels::bn_inv_std(v, eps);
         }
     }
 
@@ -208,8 +208,23 @@ namespace xgrad::cpu::reference
             using T = decltype(t);
             using S = decltype(s);
             const double R = static_cast<double>(outer * inner);
+            // Per channel: r, and in training the means of the five sums
+            // (backends/common/batch_norm_coefficients.hpp).
+            std::vector<kernels::bn_grad_grad_means> means(static_cast<std::size_t>(C));
+            for (std::int64_t c = 0; c < C; ++c)
+            {
+                if (!training)
+                {
+                    means[c].r = inv_std(var, c, eps, std::is_same_v<S, double>);
+                    continue;
+                }
+                const kernels::bn_grad_grad_sums cs{load<S>(sums, c), load<S>(sums, C + c), load<S>(sums, 2 * C + c),
+                                                    load<S>(sums, 3 * C + c), load<S>(sums, 4 * C + c)};
+                means[c] = kernels::bn_grad_grad_means_of(load<S>(var, c), eps, cs, R);
+            }
             for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
-                const double r = inv_std(var, c, eps, std::is_same_v<S, double>);
+                const kernels::bn_grad_grad_means& mc = means[c];
+                const double r = mc.r;
                 const double gamma = load<S>(scale, c), ac = load<S>(a, c), bc = load<S>(b, c);
                 const double xh = (load<T>(x, k) - load<S>(mean, c)) * r;
                 const double gv = load<T>(g, k), av = load<T>(A, k);
@@ -221,15 +236,12 @@ namespace xgrad::cpu::reference
                         store<T>(d_x, k, ac * gv * r);
                     return;
                 }
-                const double g_mean = load<S>(sums, c) / R, gxh_mean = load<S>(sums, C + c) / R;
-                const double A_mean = load<S>(sums, 2 * C + c) / R, Axh_mean = load<S>(sums, 3 * C + c) / R;
-                const double Ag_mean = load<S>(sums, 4 * C + c) / R;
+                const double g_mean = mc.g, gxh_mean = mc.g_xh, A_mean = mc.A, Axh_mean = mc.A_xh;
                 if (d_g)
                     store<T>(d_g, k, gamma * r * (av - A_mean - xh * Axh_mean) + ac * xh + bc);
                 if (d_x)
                 {
-                    const double A_gc_mean = Ag_mean - A_mean * g_mean; // mean(A (g - mean g))
-                    const double term = 3 * xh * Axh_mean * gxh_mean - xh * A_gc_mean - (av - A_mean) * gxh_mean -
+                    const double term = 3 * xh * Axh_mean * gxh_mean - xh * mc.A_gc - (av - A_mean) * gxh_mean -
                                         (gv - g_mean) * Axh_mean;
                     store<T>(d_x, k, gamma * r * r * term + ac * r * (gv - g_mean - xh * gxh_mean));
                 }

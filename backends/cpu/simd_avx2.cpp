@@ -1,17 +1,22 @@
-// The SIMD inner loops (simd_kernels_impl.hpp) compiled for AVX2 + FMA, plus F16C bulk
-// float16 <-> float32 conversion. Only this file is built with -mavx2 -mfma -mf16c (see
-// CMakeLists.txt); the fast kernels call into it only after checking the processor at run
-// time (simd_level.cpp), so the library still runs on any x86-64 processor.
+// The SIMD inner loops compiled for AVX2 + FMA: the functors of the fast kernels
+// (simd_kernels_impl.hpp) and of the batch-norm kernels (batch_norm/simd_impl.hpp), plus F16C
+// bulk float16 <-> float32 conversion (which batch_norm/convert.cpp also calls on the batch-norm
+// kernels' cache-resident pieces). Only this file is built with -mavx2 -mfma -mf16c (plus -O2 in
+// every configuration; see CMakeLists.txt); the fast kernels call into it only after checking
+// the processor at run time (simd_level.cpp, simd_call in dispatch.hpp), so the library still
+// runs on any x86-64 processor.
 //
 // Keep this file free of inline functions shared with other translation units (standard
 // library helpers included): the linker may keep this file's AVX2-encoded copy of such a
 // function for the whole library. The functor helpers are all templates on the architecture,
 // and the two functions below use intrinsics and plain loops only.
+#include "backends/cpu/batch_norm/simd_impl.hpp"
 #include "backends/cpu/simd_kernels_impl.hpp"
 
 #include <immintrin.h>
 
 XGRAD_CPU_SIMD_INSTANTIATE(, xsimd::fma3<xsimd::avx2>)
+XGRAD_CPU_BN_SIMD_INSTANTIATE(, xsimd::fma3<xsimd::avx2>)
 
 namespace xgrad::cpu::simd
 {

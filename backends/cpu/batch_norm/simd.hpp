@@ -1,15 +1,15 @@
 #pragma once
 // Internal to the CPU backend: the SIMD inner loops of the fast batch-norm kernels
-// (batch_norm.cpp), as xsimd functors, following the pattern of simd_kernels.hpp: the bodies
-// are written once (batch_norm_simd_impl.hpp) and compiled once per instruction set, in
-// batch_norm_sse2.cpp (the x86-64 baseline) and batch_norm_avx2.cpp (-mavx2 -mfma -mf16c).
-// batch_norm.cpp sees only these declarations and the `extern template` lines below and picks
+// (kernels.cpp), as xsimd functors, following the pattern of simd_kernels.hpp: the bodies
+// are written once (simd_impl.hpp) and compiled once per instruction set, in
+// ../simd_sse2.cpp (the x86-64 baseline) and ../simd_avx2.cpp (-mavx2 -mfma -mf16c).
+// kernels.cpp sees only these declarations and the `extern template` lines below and picks
 // an instantiation at run time with detail::simd_call (dispatch.hpp).
 //
 // The functors compute in float or double (the statistics type T). bfloat16 tensors are read
 // and written by the functors themselves (IO = bfloat16_t: widened in registers on load, rounded
 // once on store); float16 tensors, and bfloat16 ones whose gradient is masked by a fused ReLU,
-// are converted to float by batch_norm.cpp (batch_norm_convert.hpp) in small cache-resident
+// are converted to float by kernels.cpp (convert.hpp) in small cache-resident
 // pieces before the functors see them, and outputs rounded to 16 bits once, after the functor
 // wrote them as float.
 //
@@ -81,7 +81,7 @@ namespace xgrad::cpu::simd
     /// between them; a segment's last, partial batch goes to the second), kept in
     /// state + ci * bn_run_state_size(kind) between segments and calls: `init` zeroes them
     /// first; `finish` writes sums[ci * K + s] (the two added, then their lanes pairwise).
-    /// See batch_norm.cpp for the error bound.
+    /// See kernels.cpp for the error bound.
     template <class T, class IO = T>
     struct bn_run
     {
@@ -146,7 +146,7 @@ namespace xgrad::cpu::simd
 }
 
 // One line per functor, element type and instruction set; `EXTERN` is `extern` for the
-// declarations below and empty for the definitions in batch_norm_<arch>.cpp. IO is the type of
+// declarations below and empty for the definitions in ../simd_<arch>.cpp. IO is the type of
 // the x-like tensors the functor reads and writes: T itself, or bfloat16 for T = float
 // (converted in registers on load and rounded to nearest even on store).
 #define XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T, IO)                                                \

@@ -1,19 +1,11 @@
 // The fast batch-norm kernels (batch_norm_kernels.hpp): the nine public kernels, their
-// per-channel coefficients, and how the one-read kernels cut a tensor into channel blocks. At
-// simd_level::scalar every kernel forwards to its xgrad::cpu::reference twin
-// (batch_norm_reference.cpp).
+// per-channel coefficients, and how the one-read kernels cut a tensor into channel blocks. They
+// always run the SIMD code (sse2 or avx2_fma, as simd_call picks); the choice of their
+// xgrad::cpu::reference twins (reference.cpp) at simd_level::scalar is made once, where the
+// kernel table is built (core/src/dispatch.cpp). This file says what each kernel computes;
+// README.md maps the files it builds on (plan, walk, convert, simd).
 //
-// Split by concern:
-// - batch_norm_plan.hpp: the layout (tiles or runs) and work items of an [outer, C, inner]
-//   tensor, the fixed-order pairwise combination of partial sums, and the error bound that
-//   order gives;
-// - batch_norm_walk.hpp: the threaded reductions and elementwise passes over those items;
-// - batch_norm_convert.hpp / .cpp: the float16 staging (pieces converted to float and back)
-//   and the ReLU mask of staged gradients;
-// - batch_norm_simd.hpp / _impl.hpp: the SIMD inner loops (bfloat16 converted in registers);
-// - this file: what each kernel computes.
-//
-// Design (the layout and summation order: batch_norm_plan.hpp; the measurements behind the
+// Design (the layout and summation order: plan.hpp; the measurements behind the
 // memory schedule: docs/performance.md):
 // - Memory passes over DRAM: bn_grad_inference one (the sums and dx together); bn_grad_apply,
 //   bn_grad_reduce and bn_normalize one each; bn_moments two (the mean; then, around it, the
@@ -35,11 +27,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/batch_norm_convert.hpp"
+#include "backends/common/batch_norm_coefficients.hpp"
+#include "backends/cpu/batch_norm/convert.hpp"
+#include "backends/cpu/batch_norm/plan.hpp"
+#include "backends/cpu/batch_norm/simd.hpp"
+#include "backends/cpu/batch_norm/walk.hpp"
 #include "backends/cpu/batch_norm_kernels.hpp"
-#include "backends/cpu/batch_norm_plan.hpp"
-#include "backends/cpu/batch_norm_simd.hpp"
-#include "backends/cpu/batch_norm_walk.hpp"
 #include "backends/cpu/convert.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/cpu/simd_kernels.hpp"
@@ -50,12 +43,13 @@ namespace xgrad::cpu
     namespace
     {
         using detail::use_f16c;
-        using detail::use_reference;
         using simd::bn_sums;
         using bn_detail::affine_out;
         using bn_detail::apply;
         using bn_detail::geometry;
         using bn_detail::operands;
+        using bn_detail::output_operand;
+        using bn_detail::reduce_writing;
         using bn_detail::reduce;
 
         using detail::visit_with_stats;
@@ -86,7 +80,7 @@ namespace xgrad::cpu
         template <class S>
         double inv_std(const void* var, std::int64_t c, double eps) noexcept
         {
-            return 1.0 / std::sqrt(at<S>(var, c) + eps);
+            return kernels::bn_inv_std(at<S>(var, c), eps);
         }
     }
 
@@ -151,11 +145,10 @@ namespace xgrad::cpu
         void moments_of(const geometry& geo, const operands<T, S>& io, S* mo, S* vo)
         {
             const auto dR = static_cast<double>(geo.outer * geo.inner);
-            const S* none = nullptr;
-            std::vector<S> m = reduce(geo, bn_sums::x, io, none, none);
+            std::vector<S> m = reduce(geo, bn_sums::x, io);
             for (auto& v : m)
                 v = static_cast<S>(static_cast<double>(v) / dR);
-            const std::vector<S> d = reduce(geo, bn_sums::centred, io, m.data(), none);
+            const std::vector<S> d = reduce(geo, bn_sums::centred, io, static_cast<const S*>(m.data()));
             for (std::int64_t c = 0; c < geo.C; ++c)
             {
                 // Corrected two-pass: exact in exact arithmetic for any centre m[c].
@@ -211,8 +204,6 @@ namespace xgrad::cpu
     void bn_moments(void* mean, void* var, const void* x, dtype xdt, std::int64_t outer, std::int64_t C,
                     std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_moments(mean, var, x, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
@@ -224,8 +215,7 @@ namespace xgrad::cpu
                 std::fill(vo, vo + C, std::numeric_limits<S>::quiet_NaN());
                 return;
             }
-            const operands<T, S> io{static_cast<const T*>(x), nullptr, nullptr, nullptr, use_f16c()};
-            moments_of(geometry(outer, C, inner), io, mo, vo);
+            moments_of(geometry(outer, C, inner), operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)), mo, vo);
         });
     }
 
@@ -233,8 +223,6 @@ namespace xgrad::cpu
                       const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
                       std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_normalize(y, x, scale, offset, mean, var, eps, relu, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
@@ -246,15 +234,13 @@ namespace xgrad::cpu
             o.coef = coef.data();
             o.relu = relu;
             o.stream = stream_output(outer * C * inner, sizeof(T), 2);
-            apply<T, S>(geometry(outer, C, inner), nullptr, nullptr, static_cast<const T*>(x), &o, 1, use_f16c());
+            apply<T, S>(geometry(outer, C, inner), operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)), &o, 1);
         });
     }
 
     void bn_forward_training(void* y, void* mean, void* var, const void* x, const void* scale, const void* offset,
                              double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_forward_training(y, mean, var, x, scale, offset, eps, relu, xdt, outer, C, inner);
         if (outer * inner == 0)
             return bn_moments(mean, var, x, xdt, outer, C, inner); // NaN statistics, no elements
         visit_with_stats(xdt, [&](auto t, auto s) {
@@ -269,7 +255,8 @@ namespace xgrad::cpu
             for_channel_blocks(outer, C, inner, sizeof(T), 1, [&](std::int64_t c0, const geometry& geo) {
                 const std::int64_t off = c0 * inner;
                 const T* xb = static_cast<const T*>(x) + off;
-                moments_of(geo, operands<T, S>{xb, nullptr, nullptr, nullptr, f16c}, mo + c0, vo + c0);
+                const auto io = operands<T, S>(f16c).with_x(xb);
+                moments_of(geo, io, mo + c0, vo + c0);
                 const auto coef = normalize_coef<S>(sc + c0, oc + c0, mo + c0, vo + c0, eps, geo.C);
                 affine_out<T, S> o;
                 o.out = static_cast<T*>(y) + off;
@@ -277,7 +264,7 @@ namespace xgrad::cpu
                 o.coef = coef.data();
                 o.relu = relu;
                 o.stream = stream;
-                apply<T, S>(geo, nullptr, nullptr, xb, &o, 1, f16c);
+                apply<T, S>(geo, io, &o, 1);
             });
         });
     }
@@ -285,14 +272,12 @@ namespace xgrad::cpu
     void bn_grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* x, const void* mean, dtype xdt,
                         std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_reduce(sum_dy, sum_dy_xc, dy, x, mean, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
-            const operands<T, S> io{static_cast<const T*>(x), static_cast<const T*>(dy), nullptr, nullptr, use_f16c()};
-            const auto sums = reduce(geometry(outer, C, inner), bn_sums::grad, io, static_cast<const S*>(mean),
-                                     static_cast<const S*>(nullptr));
+            const auto io =
+                operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy));
+            const auto sums = reduce(geometry(outer, C, inner), bn_sums::grad, io, static_cast<const S*>(mean));
             std::copy(sums.begin(), sums.begin() + C, static_cast<S*>(sum_dy));
             std::copy(sums.begin() + C, sums.begin() + 2 * C, static_cast<S*>(sum_dy_xc));
         });
@@ -302,8 +287,6 @@ namespace xgrad::cpu
                        const void* sum_dy, const void* sum_dy_xc, double eps, dtype xdt, std::int64_t outer,
                        std::int64_t C, std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_apply(dx, dy, x, scale, mean, var, sum_dy, sum_dy_xc, eps, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
@@ -316,8 +299,9 @@ namespace xgrad::cpu
             o.g = o.x = true;
             o.coef = coef.data();
             o.stream = stream_output(outer * C * inner, sizeof(T), 3);
-            apply<T, S>(geometry(outer, C, inner), nullptr, static_cast<const T*>(dy), static_cast<const T*>(x), &o, 1,
-                        use_f16c());
+            const auto io =
+                operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy));
+            apply<T, S>(geometry(outer, C, inner), io, &o, 1);
         });
     }
 
@@ -325,9 +309,6 @@ namespace xgrad::cpu
                           const void* scale, const void* mean, const void* var, double eps, dtype xdt,
                           std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_training(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C,
-                                               inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
@@ -342,8 +323,8 @@ namespace xgrad::cpu
             for_channel_blocks(outer, C, inner, sizeof(T), 2, [&](std::int64_t c0, const geometry& geo) {
                 const std::int64_t off = c0 * inner, nc = geo.C;
                 const T *xb = advanced<T>(x, off), *gb = advanced<T>(dy, off), *yb = advanced<T>(y, off);
-                const auto sums = reduce(geo, bn_sums::grad, operands<T, S>{xb, gb, nullptr, nullptr, f16c, yb},
-                                         mp + c0, static_cast<const S*>(nullptr));
+                const auto io = operands<T, S>(f16c).with_x(xb).with_g(gb, yb);
+                const auto sums = reduce(geo, bn_sums::grad, io, mp + c0);
                 std::copy(sums.begin(), sums.begin() + nc, s1 + c0);
                 std::copy(sums.begin() + nc, sums.begin() + 2 * nc, s2 + c0);
                 const auto coef = grad_apply_coef<S>(sc + c0, mp + c0, vp + c0, s1 + c0, s2 + c0, eps, R, nc);
@@ -352,7 +333,7 @@ namespace xgrad::cpu
                 o.g = o.x = true;
                 o.coef = coef.data();
                 o.stream = stream;
-                apply<T, S>(geo, nullptr, gb, xb, &o, 1, f16c, yb);
+                apply<T, S>(geo, io, &o, 1);
             });
         });
     }
@@ -361,19 +342,18 @@ namespace xgrad::cpu
                            const void* scale, const void* mean, const void* var, double eps, dtype xdt,
                            std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_inference(dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, xdt, outer, C,
-                                                inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
             std::vector<S> k(static_cast<std::size_t>(C));
             for (std::int64_t c = 0; c < C; ++c)
                 k[c] = static_cast<S>(at<S>(scale, c) * inv_std<S>(var, c, eps));
-            const operands<T, S> io{static_cast<const T*>(x), static_cast<const T*>(dy), nullptr, static_cast<T*>(dx),
-                                    use_f16c(), static_cast<const T*>(y)};
-            const auto sums =
-                reduce(geometry(outer, C, inner), bn_sums::grad_out, io, static_cast<const S*>(mean), k.data());
+            const bool f16c = use_f16c();
+            const auto io = operands<T, S>(f16c).with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy),
+                                                                                          static_cast<const T*>(y));
+            const output_operand<T, S> out{static_cast<T*>(dx), f16c};
+            const auto sums = reduce_writing(geometry(outer, C, inner), io, static_cast<const S*>(mean),
+                                             static_cast<const S*>(k.data()), out);
             std::copy(sums.begin(), sums.begin() + C, static_cast<S*>(sum_dy));
             std::copy(sums.begin() + C, sums.begin() + 2 * C, static_cast<S*>(sum_dy_xc));
         });
@@ -383,15 +363,14 @@ namespace xgrad::cpu
                              const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C,
                              std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_grad_reduce(sums, A, g, x, mean, var, eps, xdt, outer, C, inner);
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
-            const operands<T, S> io{static_cast<const T*>(x), static_cast<const T*>(g), static_cast<const T*>(A),
-                                    nullptr, use_f16c()};
-            auto r = reduce(geometry(outer, C, inner), bn_sums::grad_grad, io, static_cast<const S*>(mean),
-                            static_cast<const S*>(nullptr));
+            const auto io = operands<T, S>(use_f16c())
+                                .with_x(static_cast<const T*>(x))
+                                .with_g(static_cast<const T*>(g))
+                                .with_a(static_cast<const T*>(A));
+            auto r = reduce(geometry(outer, C, inner), bn_sums::grad_grad, io, static_cast<const S*>(mean));
             // Sums of g (x - mean) and A (x - mean), times r: sums of g xh and A xh.
             for (std::int64_t c = 0; c < C; ++c)
             {
@@ -408,9 +387,6 @@ namespace xgrad::cpu
                             double eps, bool training, dtype xdt, std::int64_t outer, std::int64_t C,
                             std::int64_t inner)
     {
-        if (use_reference())
-            return reference::bn_grad_grad_apply(d_g, d_x, A, g, x, scale, mean, var, a, b, sums, eps, training, xdt,
-                                                 outer, C, inner);
         if (!d_g && !d_x)
             return;
         visit_with_stats(xdt, [&](auto t, auto s) {
@@ -420,33 +396,25 @@ namespace xgrad::cpu
             auto cg = coef_table<S>(C), cx = coef_table<S>(C);
             for (std::int64_t c = 0; c < C; ++c)
             {
-                const double r = inv_std<S>(var, c, eps), gamma = at<S>(scale, c), ac = at<S>(a, c), bc = at<S>(b, c);
-                const S m = static_cast<const S*>(mean)[c];
-                cg[mX * C + c] = cx[mX * C + c] = m;
-                cg[cK * C + c] = static_cast<S>(bc);
-                if (!training)
-                {
-                    // d_g = gamma r A + a r (x - mean) + b; d_x = a r g.
-                    cg[cA * C + c] = static_cast<S>(gamma * r);
-                    cg[cX * C + c] = static_cast<S>(ac * r);
-                    cx[cG * C + c] = static_cast<S>(ac * r);
-                    continue;
-                }
-                const double g_mean = at<S>(sums, c) / R, gxh_mean = at<S>(sums, C + c) / R;
-                const double A_mean = at<S>(sums, 2 * C + c) / R, Axh_mean = at<S>(sums, 3 * C + c) / R;
-                const double A_gc_mean = at<S>(sums, 4 * C + c) / R - A_mean * g_mean; // mean(A (g - mean g))
-                // d_g = gamma r (A - mean A) + r (a - gamma r mean(A xh)) (x - mean) + b
-                cg[cA * C + c] = static_cast<S>(gamma * r);
-                cg[mA * C + c] = static_cast<S>(A_mean);
-                cg[cX * C + c] = static_cast<S>(r * (ac - gamma * r * Axh_mean));
-                // d_x = -gamma r^2 mean(g xh) (A - mean A) + (a r - gamma r^2 mean(A xh)) (g - mean g)
-                //       + (gamma r^3 (3 mean(A xh) mean(g xh) - mean(A (g - mean g))) - a r^2 mean(g xh)) (x - mean)
-                cx[cA * C + c] = static_cast<S>(-gamma * r * r * gxh_mean);
-                cx[mA * C + c] = static_cast<S>(A_mean);
-                cx[cG * C + c] = static_cast<S>(ac * r - gamma * r * r * Axh_mean);
-                cx[mG * C + c] = static_cast<S>(g_mean);
-                cx[cX * C + c] =
-                    static_cast<S>(gamma * r * r * r * (3 * Axh_mean * gxh_mean - A_gc_mean) - ac * r * r * gxh_mean);
+                kernels::bn_grad_grad_sums cs{}; // read in training only
+                if (training)
+                    cs = {at<S>(sums, c), at<S>(sums, C + c), at<S>(sums, 2 * C + c), at<S>(sums, 3 * C + c),
+                          at<S>(sums, 4 * C + c)};
+                const auto k = kernels::bn_grad_grad_coefficients_of(at<S>(scale, c), at<S>(mean, c), at<S>(var, c),
+                                                                     eps, cs, at<S>(a, c), at<S>(b, c), R, training);
+                // d_g = cA (A - mA) + cX (x - mX) + cK
+                cg[cA * C + c] = static_cast<S>(k.dg_A);
+                cg[mA * C + c] = static_cast<S>(k.mean_A);
+                cg[cX * C + c] = static_cast<S>(k.dg_x);
+                cg[mX * C + c] = static_cast<S>(k.mean);
+                cg[cK * C + c] = static_cast<S>(k.dg_k);
+                // d_x = cA (A - mA) + cG (g - mG) + cX (x - mX); inference: cG g (a and x not read)
+                cx[cA * C + c] = static_cast<S>(k.dx_A);
+                cx[mA * C + c] = static_cast<S>(k.mean_A);
+                cx[cG * C + c] = static_cast<S>(k.dx_g);
+                cx[mG * C + c] = static_cast<S>(k.mean_g);
+                cx[cX * C + c] = static_cast<S>(k.dx_x);
+                cx[mX * C + c] = static_cast<S>(k.mean);
             }
             affine_out<T, S> outs[2];
             int n = 0;
@@ -465,8 +433,11 @@ namespace xgrad::cpu
                 outs[n].coef = cx.data();
                 ++n;
             }
-            apply<T, S>(geometry(outer, C, inner), static_cast<const T*>(A), static_cast<const T*>(g),
-                        static_cast<const T*>(x), outs, n, use_f16c());
+            const auto io = operands<T, S>(use_f16c())
+                                .with_x(static_cast<const T*>(x))
+                                .with_g(static_cast<const T*>(g))
+                                .with_a(static_cast<const T*>(A));
+            apply<T, S>(geometry(outer, C, inner), io, outs, n);
         });
     }
 }

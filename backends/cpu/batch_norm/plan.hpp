@@ -1,5 +1,5 @@
 #pragma once
-// Internal to the CPU backend: how the fast batch-norm kernels (batch_norm.cpp) cut a tensor into
+// Internal to the CPU backend: how the fast batch-norm kernels (kernels.cpp) cut a tensor into
 // work items, and the fixed-order combination of the partial sums those items produce. Kept
 // apart from the kernels because it depends on the shape alone (no dtype, no SIMD level, no
 // data): it decides the summation tree, and with it the error bound below and the bitwise

@@ -1,6 +1,6 @@
 #pragma once
-// Bodies of the batch-norm SIMD functors declared in batch_norm_simd.hpp. Included ONLY by the
-// per-instruction-set translation units (batch_norm_sse2.cpp, batch_norm_avx2.cpp), each
+// Bodies of the batch-norm SIMD functors declared in simd.hpp. Included ONLY by the
+// per-instruction-set translation units (../simd_sse2.cpp, ../simd_avx2.cpp), each
 // compiled with its own flags and explicitly instantiating the functors for its one
 // architecture.
 //
@@ -19,7 +19,7 @@
 
 #include <immintrin.h>
 
-#include "backends/cpu/batch_norm_simd.hpp"
+#include "backends/cpu/batch_norm/simd.hpp"
 
 namespace xgrad::cpu::simd
 {
