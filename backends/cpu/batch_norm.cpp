@@ -36,11 +36,11 @@
 #include <vector>
 
 #include "backends/cpu/batch_norm_convert.hpp"
-#include "backends/cpu/batch_norm_kernels.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/batch_norm_plan.hpp"
 #include "backends/cpu/batch_norm_simd.hpp"
 #include "backends/cpu/batch_norm_walk.hpp"
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 #include "xgrad/thread_pool.hpp"

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "backends/cpu/batch_norm_convert.hpp"
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 
 namespace xgrad::cpu::bn_detail

@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/batch_norm_kernels.hpp"
-#include "backends/cpu/convert.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/common/convert.hpp"
 
 namespace xgrad::cpu::reference
 {

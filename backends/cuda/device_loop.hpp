@@ -22,7 +22,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "backends/cpu/layout.hpp"
+#include "backends/common/layout.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "xgrad/half.hpp"
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/matmul_dims.hpp"
+#include "backends/common/matmul_dims.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/runtime.hpp"
 

@@ -1,5 +1,5 @@
 // The window kernels of the CUDA backend, unfold2d (im2col) and fold2d (col2im), with the
-// contracts of backends/cpu/cpu_kernels.hpp.
+// contracts of backends/common/kernel_list.hpp.
 //
 // Why they are built this way:
 // - One index per OUTPUT element, and the indices enumerate the output in the order of its
@@ -16,7 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cuda/device_loop.hpp"
 
 namespace xgrad::cuda
