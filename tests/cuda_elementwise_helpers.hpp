@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "core/src/dispatch.hpp"
 #include "tests/cpu_kernels_helpers.hpp"
 

@@ -5,7 +5,7 @@
 //
 // Tolerances, and why:
 // - copy, fill, one_hot: exact. Fast and reference kernels use the same conversion functions
-//   (backends/cpu/convert.hpp); the F16C bulk conversions must agree with half.hpp bit for bit.
+//   (backends/common/convert.hpp); the F16C bulk conversions must agree with half.hpp bit for bit.
 #include <doctest/doctest.h>
 
 #include <cmath>

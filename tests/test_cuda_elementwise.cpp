@@ -16,7 +16,7 @@
 //
 // Tolerances, and why:
 // - copy, fill, contiguous(), casts: bit-identical. The device converts with the CPU's own
-//   functions (backends/cpu/convert.hpp). One exception: a NaN converted between float and
+//   functions (backends/common/convert.hpp). One exception: a NaN converted between float and
 //   double by the hardware (float32 <-> float64, 16-bit -> float64) may get another payload
 //   on a GPU, so there any NaN matches any NaN; every other NaN must keep its bits.
 // - neg, abs, relu, sqrt, rsqrt, add, sub, mul, div, comparisons, where, max: bit-identical
