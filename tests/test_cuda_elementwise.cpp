@@ -96,8 +96,8 @@ namespace
                        1, shape.data());
             got = dout.download();
         }
-        cpu::copy(want.data(), strides.data(), xgrad::dtype_of<O>(), values.data(), strides.data(),
-                  xgrad::dtype_of<X>(), 1, shape.data());
+        ckt::fast.copy(want.data(), strides.data(), xgrad::dtype_of<O>(), values.data(), strides.data(),
+                       xgrad::dtype_of<X>(), 1, shape.data());
         for (std::size_t i = 0; i < values.size(); ++i)
         {
             INFO("copy ", xgrad::name(xgrad::dtype_of<X>()), " -> ", xgrad::name(xgrad::dtype_of<O>()), " of ",

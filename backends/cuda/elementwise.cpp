@@ -103,7 +103,7 @@ namespace xgrad::cuda
             const X* x;
             XGRAD_HD void operator()(const std::int64_t (&off)[2]) const
             {
-                out[off[0]] = cpu::detail::convert<O>(x[off[1]]);
+                out[off[0]] = kernels::detail::convert<O>(x[off[1]]);
             }
         };
 
@@ -148,10 +148,10 @@ namespace xgrad::cuda
     void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape, double value)
     {
         const auto ix = detail::make_nd_index<1>(ndim, shape, {out_strides});
-        cpu::detail::visit_dtype(dt, [&](auto tag) {
+        kernels::detail::visit_dtype(dt, [&](auto tag) {
             using T = decltype(tag);
             // Converted once on the host, with the device's conversion functions.
-            launch(ix, fill_body<T>{static_cast<T*>(out), cpu::detail::convert<T>(value)});
+            launch(ix, fill_body<T>{static_cast<T*>(out), kernels::detail::convert<T>(value)});
         });
     }
 
@@ -159,8 +159,8 @@ namespace xgrad::cuda
               dtype x_dt, int ndim, const std::int64_t* shape)
     {
         const auto ix = detail::make_nd_index<2>(ndim, shape, {out_strides, x_strides});
-        cpu::detail::visit_dtype(out_dt, [&](auto out_tag) {
-            cpu::detail::visit_dtype(x_dt, [&](auto x_tag) {
+        kernels::detail::visit_dtype(out_dt, [&](auto out_tag) {
+            kernels::detail::visit_dtype(x_dt, [&](auto x_tag) {
                 using O = decltype(out_tag);
                 using X = decltype(x_tag);
                 launch(ix, copy_body<O, X>{static_cast<O*>(out), static_cast<const X*>(x)});

@@ -1,3 +1,4 @@
+// The dispatch point (dispatch.hpp) and the CUDA runtime queries of the public API.
 #include "dispatch.hpp"
 
 #include <stdexcept>
@@ -15,6 +16,9 @@ namespace xgrad::detail
 {
     const backend_kernels& backend_for(device dev)
     {
+        // The CPU has two tables: the fast kernels, and their single-threaded reference twins.
+        // simd_level::scalar (a debugging switch, and the only level of an XGRAD_SIMD=scalar
+        // build) selects the reference table here, once, so no kernel branches on it.
         if (dev.type == device_type::cpu)
             return cpu::simd_level_in_use() == cpu::simd_level::scalar ? cpu::reference_kernels() : cpu::fast_kernels();
         if (!cuda_is_built())
