@@ -234,7 +234,8 @@ namespace
         {
             const device_copy<T> dx(x.storage);
             const device_copy<std::int64_t> dout(got.storage);
-            dev().argmax(dout.get(), got.strides.data(), dx.get(), x.strides.data(), dt, x.ndim(), x.shape.data());
+            dev().argmax(static_cast<std::int64_t*>(dout.get()), got.strides.data(), dx.get(), x.strides.data(), dt,
+                         x.ndim(), x.shape.data());
             got.storage = dout.download();
         }
         ckt::fast.argmax(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), x.shape.data());
