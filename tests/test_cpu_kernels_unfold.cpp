@@ -7,7 +7,7 @@
 // - unfold2d: exact (it copies elements and the pad value).
 // - fold2d: exact. Both kernels add the terms of each element in the order of (kh, kw), in
 //   the same accumulator type, and round once, so the sums agree bit for bit whatever the
-//   thread count (see the contract in backends/cpu/cpu_kernels.hpp).
+//   thread count (see the contract in backends/common/kernel_list.hpp).
 // Outputs are pre-filled with NaN (fast) and -7.25 (reference) before each call: both kernels
 // ASSIGN, so neither fill may survive, and storage outside the output view must keep it.
 #include <doctest/doctest.h>
