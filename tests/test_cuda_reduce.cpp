@@ -273,7 +273,8 @@ TEST_CASE("cuda ops: argmax over every dim, with keepdim, of views and 16-bit te
             if (shape.empty())
                 shape = {5};
             const auto nd = static_cast<std::int64_t>(shape.size());
-            const std::int64_t dim = static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(nd)) - (gen() % 2 ? nd : 0);
+            const auto pick = static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(nd));
+            const std::int64_t dim = gen() % 2 ? pick - nd : pick; // negative dims too
             if (shape[static_cast<std::size_t>(dim < 0 ? dim + nd : dim)] == 0)
                 continue;
             const bool keepdim = gen() % 2;
