@@ -43,7 +43,7 @@
 #include <string>
 #include <utility>
 
-#include "backends/cpu/batch_norm_kernels.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "bench/bn_bench.hpp"
 #include "xgrad/thread_pool.hpp"
 #include "xgrad/xgrad.hpp"

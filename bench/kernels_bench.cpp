@@ -89,10 +89,13 @@ namespace
     }
 
     // --- xgrad kernels at a given SIMD level --------------------------------------------
-    void with_level(benchmark::State& state)
+    /// Caps the SIMD level and returns the CPU table the dispatch serves at that level (the
+    /// reference kernels at simd_level::scalar).
+    const kernels::kernel_table& with_level(benchmark::State& state)
     {
         cpu::limit_simd_level(static_cast<cpu::simd_level>(state.range(0)));
         state.SetLabel(state.range(0) == 0 ? "scalar reference" : state.range(0) == 1 ? "sse2" : "avx2+fma");
+        return cpu::simd_level_in_use() == cpu::simd_level::scalar ? cpu::reference_kernels() : cpu::fast_kernels();
     }
 
     const std::int64_t shape[1] = {n};
@@ -100,12 +103,12 @@ namespace
 
     void xgrad_add(benchmark::State& state)
     {
-        with_level(state);
+        const auto& k = with_level(state);
         auto& d = data();
         for (auto _ : state)
         {
-            cpu::binary(d.out.data(), unit, d.a.data(), unit, d.b.data(), unit, dtype::float32, 1, shape,
-                        kernels::binary_op::add);
+            k.binary(d.out.data(), unit, d.a.data(), unit, d.b.data(), unit, dtype::float32, 1, shape,
+                     kernels::binary_op::add);
             benchmark::ClobberMemory();
         }
         set_bytes(state, 3);
@@ -113,11 +116,11 @@ namespace
 
     void xgrad_exp(benchmark::State& state)
     {
-        with_level(state);
+        const auto& k = with_level(state);
         auto& d = data();
         for (auto _ : state)
         {
-            cpu::unary(d.out.data(), unit, d.a.data(), unit, dtype::float32, 1, shape, kernels::unary_op::exp);
+            k.unary(d.out.data(), unit, d.a.data(), unit, dtype::float32, 1, shape, kernels::unary_op::exp);
             benchmark::ClobberMemory();
         }
         set_bytes(state, 2);
@@ -125,13 +128,13 @@ namespace
 
     void xgrad_sum(benchmark::State& state)
     {
-        with_level(state);
+        const auto& k = with_level(state);
         auto& d = data();
         float out = 0;
         const std::int64_t none[1] = {0};
         for (auto _ : state)
         {
-            cpu::reduce(&out, none, d.a.data(), unit, dtype::float32, 1, 0, shape, kernels::reduce_op::sum);
+            k.reduce(&out, none, d.a.data(), unit, dtype::float32, 1, 0, shape, kernels::reduce_op::sum);
             benchmark::DoNotOptimize(out);
         }
         set_bytes(state, 1);
@@ -141,7 +144,7 @@ namespace
     // gradients and sum_to.
     void xgrad_sum_rows(benchmark::State& state)
     {
-        with_level(state);
+        const auto& k = with_level(state);
         auto& d = data();
         std::vector<float> out(4096);
         const std::int64_t shape2[2] = {4096, 4096}; // kept: columns; reduced: rows
@@ -149,8 +152,8 @@ namespace
         const std::int64_t out_strides[1] = {1};
         for (auto _ : state)
         {
-            cpu::reduce(out.data(), out_strides, d.a.data(), strides2, dtype::float32, 2, 1, shape2,
-                        kernels::reduce_op::sum);
+            k.reduce(out.data(), out_strides, d.a.data(), strides2, dtype::float32, 2, 1, shape2,
+                     kernels::reduce_op::sum);
             benchmark::ClobberMemory();
         }
         set_bytes(state, 1);

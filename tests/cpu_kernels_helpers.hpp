@@ -28,6 +28,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
+#include "tests/op_cases.hpp"
 #include "xgrad/half.hpp"
 #include "xgrad/interop.hpp"
 #include "xgrad/tensor.hpp"
@@ -46,12 +47,13 @@ namespace cpu_kernels_test
     using xgrad::kernels::unary_op;
     using shape_t = std::vector<std::int64_t>;
 
-    constexpr std::array<unary_op, 9> all_unary = {unary_op::neg,  unary_op::exp,  unary_op::log,
-                                                   unary_op::sqrt, unary_op::rsqrt, unary_op::abs,
-                                                   unary_op::relu, unary_op::sigmoid, unary_op::tanh};
-    constexpr std::array<binary_op, 11> all_binary = {binary_op::add, binary_op::sub, binary_op::mul, binary_op::div,
-                                                      binary_op::pow, binary_op::eq,  binary_op::ne,  binary_op::lt,
-                                                      binary_op::le,  binary_op::gt,  binary_op::ge};
+    using tests::all_binary; // every op code, from the lists of backends/common/kernels.hpp
+    using tests::all_unary;
+
+    /// The CPU backend's fast kernels, as a table (in an XGRAD_SIMD=scalar build, where they are
+    /// not compiled, the reference table). Tests call `fast.unary(...)` and compare with
+    /// `cpu::reference::unary(...)`.
+    inline const xgrad::kernels::kernel_table& fast = cpu::fast_kernels();
 
     /// Restores the SIMD limit and the thread count at scope exit.
     struct settings_guard

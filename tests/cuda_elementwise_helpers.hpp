@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "core/src/dispatch.hpp"
 #include "tests/cpu_kernels_helpers.hpp"
 
@@ -230,7 +230,7 @@ namespace cuda_elementwise_test
     template <class T>
     T from_double(double v)
     {
-        return cpu::detail::convert<T>(v);
+        return xgrad::kernels::detail::convert<T>(v);
     }
 
     /// Random values for copy: a third specials (and NaN patterns), the rest normal with a

@@ -1,6 +1,7 @@
 #pragma once
 // The table of first- and second-order finite-difference checks of every differentiable op:
-// one row per op, so adding an op to the checks costs one line. test_gradcheck.cpp runs it on
+// one row per op, so adding an op to the checks costs one line. The unary op codes' rows come
+// from the op table (tests/op_cases.hpp), so a unary op added there is checked here too. test_gradcheck.cpp runs it on
 // the CPU, test_cuda_gradcheck.cpp on cuda:0 (make_inputs puts the inputs on a device; the
 // rows' constants follow them with on()).
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/op_cases.hpp"
 #include "xgrad/xgrad.hpp"
 
 namespace gradcheck_cases
@@ -17,14 +19,8 @@ namespace gradcheck_cases
 
     using args = std::vector<tensor>;
 
-    /// Where an op's inputs are drawn: anywhere (standard normal), or kept away from the
-    /// points where the op or its derivative is undefined or not smooth.
-    enum class domain
-    {
-        any,      // N(0, 1)
-        positive, // |N(0, 1)| + 0.5: log, sqrt, rsqrt, pow bases, divisors
-        nonzero   // sign(z) (|z| + 0.2): abs, relu, sign-like kinks at 0
-    };
+    /// Where an op's inputs are drawn (the op table's domains, tests/op_cases.hpp).
+    using tests::domain;
 
     struct op_case
     {
@@ -110,23 +106,15 @@ namespace gradcheck_cases
 
 #define F(expr) [](const args& x) { (void)x; return expr; }
     // clang-format off
-    inline const std::vector<op_case> cases = {
+    inline const std::vector<op_case> cases = [] {
+    std::vector<op_case> rows = {
         {"add (broadcast)",    {{3, 4}, {4}},           domain::any,      F(add(x[0], x[1]))},
         {"sub (broadcast)",    {{3, 1}, {1, 4}},        domain::any,      F(sub(x[0], x[1]))},
         {"mul (broadcast)",    {{2, 3, 4}, {3, 1}},     domain::any,      F(mul(x[0], x[1]))},
         {"div (broadcast)",    {{3, 4}, {4}},           domain::positive, F(div(x[0], x[1]))},
         {"pow (tensor)",       {{3, 4}, {3, 4}},        domain::positive, F(pow(x[0], x[1]))},
         {"pow (scalar)",       {{3, 4}},                domain::positive, F(pow(x[0], 2.5))},
-        {"neg",                {{3, 4}},                domain::any,      F(neg(x[0]))},
-        {"exp",                {{3, 4}},                domain::any,      F(exp(x[0]))},
-        {"log",                {{3, 4}},                domain::positive, F(log(x[0]))},
-        {"sqrt",               {{3, 4}},                domain::positive, F(sqrt(x[0]))},
-        {"rsqrt",              {{3, 4}},                domain::positive, F(rsqrt(x[0]))},
         {"square",             {{3, 4}},                domain::any,      F(square(x[0]))},
-        {"abs",                {{3, 4}},                domain::nonzero,  F(abs(x[0]))},
-        {"relu",               {{3, 4}},                domain::nonzero,  F(relu(x[0]))},
-        {"sigmoid",            {{3, 4}},                domain::any,      F(sigmoid(x[0]))},
-        {"tanh",               {{3, 4}},                domain::any,      F(tanh(x[0]))},
         {"where",              {{3, 4}, {4}},           domain::any,      F(where(gt(x[0].detach(), scalar_like(x[0], 0.0)), x[0], x[1]))},
         {"sum (axes)",         {{2, 3, 4}},             domain::any,      F(sum(x[0], {0, 2}))},
         {"sum (keepdim)",      {{2, 3, 4}},             domain::any,      F(sum(x[0], {-1}, true))},
@@ -171,6 +159,10 @@ namespace gradcheck_cases
         {"fused_batch_norm_relu_grad (inference, NCHW)", {{2, 3, 2, 2}, {2, 3, 2, 2}, {3}}, domain::any, F(bn_relu_grad(x, "NCHW", false)), bn_away_from_kink("NCHW", false, true)},
         {"fused_batch_norm_relu_grad (inference, NHWC)", {{2, 2, 2, 3}, {2, 2, 2, 3}, {3}}, domain::any, F(bn_relu_grad(x, "NHWC", false)), bn_away_from_kink("NHWC", false, true)},
     };
+    for (const tests::unary_case& u : tests::unary_cases) // one [3, 4] input in the op's domain
+        rows.push_back({u.name, {{3, 4}}, u.dom, [f = u.apply](const args& x) { return f(x[0]); }});
+    return rows;
+    }();
     // clang-format on
 #undef F
 

@@ -51,7 +51,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/batch_norm_kernels.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "cpu_kernels_helpers.hpp"
 #include "xgrad/half.hpp"

@@ -5,7 +5,7 @@
 //
 // Tolerances, and why:
 // - copy, fill, one_hot: exact. Fast and reference kernels use the same conversion functions
-//   (backends/cpu/convert.hpp); the F16C bulk conversions must agree with half.hpp bit for bit.
+//   (backends/common/convert.hpp); the F16C bulk conversions must agree with half.hpp bit for bit.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -91,7 +91,7 @@ namespace
             auto got = make_view<O>(shape, rep == 0 ? layout::contiguous : out_layouts[gen() % out_layouts.size()],
                                     gen, garbage_of<O>());
             auto want = got;
-            cpu::copy(got.data(), got.strides.data(), dtype_of<O>(), x.data(), x.strides.data(), dtype_of<X>(),
+            fast.copy(got.data(), got.strides.data(), dtype_of<O>(), x.data(), x.strides.data(), dtype_of<X>(),
                       got.ndim(), shape.data());
             cpu::reference::copy(want.data(), want.strides.data(), dtype_of<O>(), x.data(), x.strides.data(),
                                  dtype_of<X>(), want.ndim(), shape.data());
@@ -118,7 +118,7 @@ namespace
     O convert_one(X x)
     {
         O out{};
-        cpu::copy(&out, nullptr, dtype_of<O>(), &x, nullptr, dtype_of<X>(), 0, nullptr);
+        fast.copy(&out, nullptr, dtype_of<O>(), &x, nullptr, dtype_of<X>(), 0, nullptr);
         return out;
     }
 }
@@ -187,7 +187,7 @@ TEST_CASE("cpu kernels: bulk float16 <-> float32 copies agree with half.hpp bit 
             h[i].bits = static_cast<std::uint16_t>(i);
         std::vector<float> f(h.size());
         const shape_t shape = {static_cast<std::int64_t>(h.size())}, strides = {1};
-        cpu::copy(f.data(), strides.data(), dtype::float32, h.data(), strides.data(), dtype::float16, 1, shape.data());
+        fast.copy(f.data(), strides.data(), dtype::float32, h.data(), strides.data(), dtype::float16, 1, shape.data());
         std::size_t bad = 0;
         for (std::size_t i = 0; i < h.size(); ++i)
             bad += !same_value(f[i], xgrad::to_float(h[i]));
@@ -210,7 +210,7 @@ TEST_CASE("cpu kernels: bulk float16 <-> float32 copies agree with half.hpp bit 
         }
         std::vector<float16_t> back(src.size(), float16_t{0x1234});
         const shape_t s2 = {static_cast<std::int64_t>(src.size())};
-        cpu::copy(back.data(), strides.data(), dtype::float16, src.data(), strides.data(), dtype::float32, 1, s2.data());
+        fast.copy(back.data(), strides.data(), dtype::float16, src.data(), strides.data(), dtype::float32, 1, s2.data());
         bad = 0;
         for (std::size_t i = 0; i < src.size(); ++i)
             bad += back[i].bits != xgrad::to_float16(src[i]).bits;
@@ -229,7 +229,7 @@ TEST_CASE("cpu kernels: fill every dtype")
             const shape_t shape = random_shape(gen, 4, 100000);
             auto got = make_view<T>(shape, kind, gen, garbage_of<T>());
             auto want = got;
-            cpu::fill(got.data(), got.strides.data(), dtype_of<T>(), got.ndim(), shape.data(), value);
+            fast.fill(got.data(), got.strides.data(), dtype_of<T>(), got.ndim(), shape.data(), value);
             cpu::reference::fill(want.data(), want.strides.data(), dtype_of<T>(), want.ndim(), shape.data(), value);
             const auto err = compare(got, want, garbage_of<T>(), garbage_of<T>(),
                                      [](T g, T w, std::size_t) { return same_value(g, w); });
@@ -246,10 +246,10 @@ TEST_CASE("cpu kernels: fill every dtype")
         check(std::int64_t{}, value);
     }
     std::int64_t i = 0;
-    cpu::fill(&i, nullptr, dtype::int64, 0, nullptr, -3.9);
+    fast.fill(&i, nullptr, dtype::int64, 0, nullptr, -3.9);
     CHECK(i == -3);
     float16_t h{};
-    cpu::fill(&h, nullptr, dtype::float16, 0, nullptr, 1.0 + 0x1p-11 + 0x1p-40);
+    fast.fill(&h, nullptr, dtype::float16, 0, nullptr, 1.0 + 0x1p-11 + 0x1p-40);
     CHECK(h.bits == 0x3c01);
 }
 

@@ -27,27 +27,16 @@ using namespace cpu_kernels_test;
 
 namespace
 {
-    bool exact_op(unary_op op)
-    {
-        return op != unary_op::exp && op != unary_op::log && op != unary_op::tanh && op != unary_op::sigmoid;
-    }
+    bool exact_op(unary_op op) { return tests::case_of(op).tol == tests::tolerance::exact; }
 
-    /// Random inputs suited to op: values in its interesting range, plus special values.
+    /// Random inputs suited to op: values in its row's range (tests/op_cases.hpp), plus
+    /// special values.
     template <class T>
     void fill_inputs(std::vector<T>& v, std::mt19937_64& gen, unary_op op)
     {
-        const bool f32 = std::is_same_v<T, float>;
-        std::uniform_real_distribution<double> dist;
-        switch (op)
-        {
-        case unary_op::exp: dist = std::uniform_real_distribution<double>(f32 ? -110 : -760, f32 ? 95 : 720); break;
-        case unary_op::log:
-        case unary_op::sqrt:
-        case unary_op::rsqrt: dist = std::uniform_real_distribution<double>(-1, 1e4); break;
-        case unary_op::sigmoid:
-        case unary_op::tanh: dist = std::uniform_real_distribution<double>(-40, 40); break;
-        default: dist = std::uniform_real_distribution<double>(-100, 100); break;
-        }
+        const auto& row = tests::case_of(op);
+        const tests::value_range range = std::is_same_v<T, float> ? row.f32 : row.f64;
+        std::uniform_real_distribution<double> dist(range.lo, range.hi);
         const T specials[] = {T(0),
                               -T(0),
                               std::numeric_limits<T>::infinity(),
@@ -77,7 +66,7 @@ namespace
         auto want = got;
         std::fill(want.storage.begin(), want.storage.end(), garbage_reference<T>());
         constexpr dtype dt = dtype_of<T>();
-        cpu::unary(got.data(), got.strides.data(), x.data(), x.strides.data(), dt, got.ndim(), shape.data(), op);
+        fast.unary(got.data(), got.strides.data(), x.data(), x.strides.data(), dt, got.ndim(), shape.data(), op);
         cpu::reference::unary(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, want.ndim(),
                               shape.data(), op);
         const std::int64_t ulps = exact_op(op) ? 0 : 4;
@@ -133,7 +122,7 @@ namespace
         auto want = got;
         std::fill(want.storage.begin(), want.storage.end(), garbage_reference<T>());
         constexpr dtype dt = dtype_of<T>();
-        cpu::binary(got.data(), got.strides.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt,
+        fast.binary(got.data(), got.strides.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt,
                     got.ndim(), shape.data(), op);
         cpu::reference::binary(want.data(), want.strides.data(), a.data(), a.strides.data(), b.data(),
                                b.strides.data(), dt, want.ndim(), shape.data(), op);
@@ -172,7 +161,7 @@ namespace
         auto want = got;
         std::fill(want.storage.begin(), want.storage.end(), garbage_reference<T>());
         constexpr dtype dt = dtype_of<T>();
-        cpu::where(got.data(), got.strides.data(), c.data(), c.strides.data(), a.data(), a.strides.data(), b.data(),
+        fast.where(got.data(), got.strides.data(), c.data(), c.strides.data(), a.data(), a.strides.data(), b.data(),
                    b.strides.data(), dt, got.ndim(), shape.data());
         cpu::reference::where(want.data(), want.strides.data(), c.data(), c.strides.data(), a.data(), a.strides.data(),
                               b.data(), b.strides.data(), dt, want.ndim(), shape.data());
@@ -242,7 +231,7 @@ TEST_CASE("cpu kernels: special values")
         const shape_t shape = {static_cast<std::int64_t>(x.size())}, strides = {1};
         auto run = [&](unary_op op) {
             std::vector<float> out(x.size(), 123.0f);
-            cpu::unary(out.data(), strides.data(), x.data(), strides.data(), dtype::float32, 1, shape.data(), op);
+            fast.unary(out.data(), strides.data(), x.data(), strides.data(), dtype::float32, 1, shape.data(), op);
             return out;
         };
         const auto relu = run(unary_op::relu);
@@ -274,7 +263,7 @@ TEST_CASE("cpu kernels: special values")
         const shape_t s3 = {3}, st = {1};
         auto cmp = [&](binary_op op) {
             std::vector<double> out(3, 99.0);
-            cpu::binary(out.data(), st.data(), a.data(), st.data(), b.data(), st.data(), dtype::float64, 1, s3.data(),
+            fast.binary(out.data(), st.data(), a.data(), st.data(), b.data(), st.data(), dtype::float64, 1, s3.data(),
                         op);
             return out;
         };
@@ -285,7 +274,7 @@ TEST_CASE("cpu kernels: special values")
         // where: a NaN condition is != 0, so it selects a; -0 selects b.
         const std::vector<double> c = {std::nan(""), -0.0, 3.0};
         std::vector<double> w(3, 99.0);
-        cpu::where(w.data(), st.data(), c.data(), st.data(), a.data(), st.data(), b.data(), st.data(), dtype::float64,
+        fast.where(w.data(), st.data(), c.data(), st.data(), a.data(), st.data(), b.data(), st.data(), dtype::float64,
                    1, s3.data());
         CHECK(std::isnan(w[0]));
         CHECK(std::isnan(w[1]));
@@ -309,7 +298,7 @@ TEST_CASE("cpu kernels: in-place (output is the input view) and 0-d / empty tens
             auto expected = x;
             cpu::reference::unary(expected.data(), expected.strides.data(), x.data(), x.strides.data(), dtype::float64,
                                   2, shape.data(), unary_op::tanh);
-            cpu::unary(x.data(), x.strides.data(), x.data(), x.strides.data(), dtype::float64, 2, shape.data(),
+            fast.unary(x.data(), x.strides.data(), x.data(), x.strides.data(), dtype::float64, 2, shape.data(),
                        unary_op::tanh);
             // Whole storages: inside the view within 4 ulp, outside it untouched (identical).
             std::size_t bad = 0;
@@ -321,7 +310,7 @@ TEST_CASE("cpu kernels: in-place (output is the input view) and 0-d / empty tens
             auto sum = x;
             cpu::reference::binary(sum.data(), sum.strides.data(), x.data(), x.strides.data(), b.data(),
                                    b.strides.data(), dtype::float64, 2, shape.data(), binary_op::add);
-            cpu::binary(x.data(), x.strides.data(), x.data(), x.strides.data(), b.data(), b.strides.data(),
+            fast.binary(x.data(), x.strides.data(), x.data(), x.strides.data(), b.data(), b.strides.data(),
                         dtype::float64, 2, shape.data(), binary_op::add);
             bad = 0;
             for (std::size_t i = 0; i < x.storage.size(); ++i)
@@ -332,26 +321,26 @@ TEST_CASE("cpu kernels: in-place (output is the input view) and 0-d / empty tens
         // ndim 0: one element.
         const float x0 = 2.0f;
         float y0 = std::nanf("");
-        cpu::unary(&y0, nullptr, &x0, nullptr, dtype::float32, 0, nullptr, unary_op::sqrt);
+        fast.unary(&y0, nullptr, &x0, nullptr, dtype::float32, 0, nullptr, unary_op::sqrt);
         CHECK(y0 == std::sqrt(2.0f));
         float s0 = std::nanf("");
-        cpu::reduce(&s0, nullptr, &x0, nullptr, dtype::float32, 0, 0, nullptr, reduce_op::sum);
+        fast.reduce(&s0, nullptr, &x0, nullptr, dtype::float32, 0, 0, nullptr, reduce_op::sum);
         CHECK(s0 == 2.0f);
 
         // Empty tensors: nothing is written; the sum over an empty range is 0.
         const shape_t empty = {3, 0, 5}, strides = {5, 5, 1};
         float untouched = 42.0f;
-        cpu::unary(&untouched, strides.data(), &x0, strides.data(), dtype::float32, 3, empty.data(), unary_op::exp);
-        cpu::fill(&untouched, strides.data(), dtype::float32, 3, empty.data(), 1.0);
+        fast.unary(&untouched, strides.data(), &x0, strides.data(), dtype::float32, 3, empty.data(), unary_op::exp);
+        fast.fill(&untouched, strides.data(), dtype::float32, 3, empty.data(), 1.0);
         CHECK(untouched == 42.0f);
         std::vector<float> sums(3, std::nanf(""));
         const shape_t out_strides = {1};
-        cpu::reduce(sums.data(), out_strides.data(), &x0, strides.data(), dtype::float32, 3, 1, empty.data(),
+        fast.reduce(sums.data(), out_strides.data(), &x0, strides.data(), dtype::float32, 3, 1, empty.data(),
                     reduce_op::sum);
         CHECK(sums == std::vector<float>{0, 0, 0});
         // No outputs at all (a kept dim of size 0): nothing is written.
         const shape_t no_rows = {0, 5}, row_strides = {5, 1};
-        cpu::reduce(&untouched, out_strides.data(), &x0, row_strides.data(), dtype::float32, 2, 1, no_rows.data(),
+        fast.reduce(&untouched, out_strides.data(), &x0, row_strides.data(), dtype::float32, 2, 1, no_rows.data(),
                     reduce_op::max);
         CHECK(untouched == 42.0f);
     }

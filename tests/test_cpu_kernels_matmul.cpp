@@ -56,7 +56,7 @@ namespace
         const auto size = static_cast<std::size_t>(batch * m * n);
         std::vector<T> got(size, garbage_fast<T>()), want(size, garbage_reference<T>());
         constexpr dtype dt = dtype_of<T>();
-        cpu::matmul(got.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k);
+        fast.matmul(got.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k);
         cpu::reference::matmul(want.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n,
                                k);
         const double u = std::numeric_limits<T>::epsilon() / 2;
@@ -120,16 +120,16 @@ TEST_CASE("cpu kernels: matmul matches the reference")
         std::vector<float> out(2 * 3 * 4, std::nanf(""));
         const float dummy = 1.0f;
         const shape_t as = {0, 0, 1}, bs = {0, 4, 1};
-        cpu::matmul(out.data(), &dummy, as.data(), &dummy, bs.data(), dtype::float32, 2, 3, 4, 0);
+        fast.matmul(out.data(), &dummy, as.data(), &dummy, bs.data(), dtype::float32, 2, 3, 4, 0);
         CHECK(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));
     }
     SUBCASE("dimensions above INT_MAX are rejected")
     {
         const shape_t st = {0, 1, 1};
-        CHECK_THROWS_AS(cpu::matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float32, 1,
+        CHECK_THROWS_AS(fast.matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float32, 1,
                                     std::int64_t{INT_MAX} + 1, 1, 1),
                         std::invalid_argument);
-        CHECK_THROWS_AS(cpu::matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float64, 1, 1, 1,
+        CHECK_THROWS_AS(fast.matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float64, 1, 1, 1,
                                     std::int64_t{INT_MAX} + 1),
                         std::invalid_argument);
     }

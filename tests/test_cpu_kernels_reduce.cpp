@@ -38,7 +38,7 @@ namespace
         auto want = got;
         std::fill(want.storage.begin(), want.storage.end(), garbage_reference<T>());
         constexpr dtype dt = dtype_of<T>();
-        cpu::reduce(got.data(), got.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), n_keep, x.shape.data(),
+        fast.reduce(got.data(), got.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), n_keep, x.shape.data(),
                     op);
         cpu::reference::reduce(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), n_keep,
                                x.shape.data(), op);
@@ -175,7 +175,7 @@ TEST_CASE("cpu kernels: reduce results do not depend on the thread count")
                 {
                     xgrad::set_num_threads(threads);
                     std::vector<float> out(static_cast<std::size_t>(numel(kept)), garbage_fast<float>());
-                    cpu::reduce(out.data(), strides.data(), x.data(), x.strides.data(), dtype::float32, x.ndim(),
+                    fast.reduce(out.data(), strides.data(), x.data(), x.strides.data(), dtype::float32, x.ndim(),
                                 n_keep, x.shape.data(), op);
                     results.push_back(std::move(out));
                 }

@@ -7,7 +7,7 @@
 // - unfold2d: exact (it copies elements and the pad value).
 // - fold2d: exact. Both kernels add the terms of each element in the order of (kh, kw), in
 //   the same accumulator type, and round once, so the sums agree bit for bit whatever the
-//   thread count (see the contract in backends/cpu/cpu_kernels.hpp).
+//   thread count (see the contract in backends/common/kernel_list.hpp).
 // Outputs are pre-filled with NaN (fast) and -7.25 (reference) before each call: both kernels
 // ASSIGN, so neither fill may survive, and storage outside the output view must keep it.
 #include <doctest/doctest.h>
@@ -133,7 +133,7 @@ namespace
             auto got = make_cols<T>(d, ck, gen, nan_fill<T>());
             auto want = got;
             std::fill(want.storage.begin(), want.storage.end(), from_double<T>(-7.25));
-            cpu::unfold2d(got.data(), got.strides.data(), x.data(), x.strides.data(), dt, d, pad);
+            fast.unfold2d(got.data(), got.strides.data(), x.data(), x.strides.data(), dt, d, pad);
             cpu::reference::unfold2d(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, d, pad);
             INFO("unfold2d, x ", x.describe(), " cols ", got.describe(), " pad ", pad);
             const auto err = compare(got, want, nan_fill<T>(), from_double<T>(-7.25), equal<T>);
@@ -146,7 +146,7 @@ namespace
             auto got = make_view<T>(image, out_layouts[gen() % out_layouts.size()], gen, nan_fill<T>());
             auto want = got;
             std::fill(want.storage.begin(), want.storage.end(), from_double<T>(-7.25));
-            cpu::fold2d(got.data(), got.strides.data(), cols.data(), cols.strides.data(), dt, d);
+            fast.fold2d(got.data(), got.strides.data(), cols.data(), cols.strides.data(), dt, d);
             cpu::reference::fold2d(want.data(), want.strides.data(), cols.data(), cols.strides.data(), dt, d);
             INFO("fold2d, x ", got.describe(), " cols ", cols.describe());
             const auto err = compare(got, want, nan_fill<T>(), from_double<T>(-7.25), equal<T>);
@@ -199,7 +199,7 @@ TEST_CASE("cpu kernels: fold2d sums overlapping windows, and the training shapes
     {
         cpu::limit_simd_level(level);
         std::vector<float> x(20, std::nanf(""));
-        cpu::fold2d(x.data(), xs, ones.data(), cs, dtype::float32, d);
+        fast.fold2d(x.data(), xs, ones.data(), cs, dtype::float32, d);
         for (std::int64_t h = 0; h < 4; ++h)
             for (std::int64_t w = 0; w < 5; ++w)
             {

@@ -1,10 +1,27 @@
-// Device tensors on the CUDA backend: copies between devices, the caching allocator, and the
-// errors when a device is missing or two devices meet in one op.
+// Device tensors on the CUDA backend: its kernel table, copies between devices, the caching
+// allocator, and the errors when a device is missing or two devices meet in one op.
 #include "tests/cuda_test_helpers.hpp"
 
+#include <set>
 #include <stdexcept>
+#include <string>
+
+#include "backends/cuda/cuda_kernels.hpp"
+#include "core/src/dispatch.hpp"
 
 using namespace cuda_test;
+
+TEST_CASE("the CUDA kernel table has every kernel of the list, and the dispatch serves it for cuda:0")
+{
+    std::set<std::string> names;
+    for (int i = 0; i < xgrad::kernels::kernel_count; ++i)
+    {
+        INFO("kernel ", xgrad::kernels::kernel_names[i]);
+        CHECK(xgrad::kernels::is_set(xgrad::cuda::device_kernels(), static_cast<xgrad::kernels::kernel_id>(i)));
+        CHECK(names.insert(xgrad::kernels::kernel_names[i]).second);
+    }
+    CHECK(&xgrad::detail::backend_for(gpu) == &xgrad::cuda::device_kernels());
+}
 
 TEST_CASE("to(device) copies both ways and keeps every dtype's bits")
 {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/batch_norm_kernels.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "core/src/dispatch.hpp"
 #include "xgrad/ops/batch_norm.hpp"
 

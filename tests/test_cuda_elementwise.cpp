@@ -16,12 +16,13 @@
 //
 // Tolerances, and why:
 // - copy, fill, contiguous(), casts: bit-identical. The device converts with the CPU's own
-//   functions (backends/cpu/convert.hpp). One exception: a NaN converted between float and
+//   functions (backends/common/convert.hpp). One exception: a NaN converted between float and
 //   double by the hardware (float32 <-> float64, 16-bit -> float64) may get another payload
 //   on a GPU, so there any NaN matches any NaN; every other NaN must keep its bits.
 // - neg, abs, relu, sqrt, rsqrt, add, sub, mul, div, comparisons, where, max: bit-identical
 //   (IEEE-exact operations or selections on both backends), except that a NaN result matches
 //   any NaN (a GPU's default NaN has another sign and payload than x86's).
+// The op codes' tolerance classes and value ranges come from tests/op_cases.hpp:
 // - exp, log, tanh, sigmoid, pow: 8 ulp. The device uses CUDA's math library (at most 1-2
 //   ulp from the correctly rounded result for exp, log and tanh, 4 for powf), the CPU's
 //   reference glibc (within 1 ulp) and the CPU's fast kernels xsimd (within 3 ulp of glibc);
@@ -95,8 +96,8 @@ namespace
                        1, shape.data());
             got = dout.download();
         }
-        cpu::copy(want.data(), strides.data(), xgrad::dtype_of<O>(), values.data(), strides.data(),
-                  xgrad::dtype_of<X>(), 1, shape.data());
+        ckt::fast.copy(want.data(), strides.data(), xgrad::dtype_of<O>(), values.data(), strides.data(),
+                       xgrad::dtype_of<X>(), 1, shape.data());
         for (std::size_t i = 0; i < values.size(); ++i)
         {
             INFO("copy ", xgrad::name(xgrad::dtype_of<X>()), " -> ", xgrad::name(xgrad::dtype_of<O>()), " of ",
@@ -168,10 +169,7 @@ namespace
     // ---------------------------------------------------------------------------------------
     // unary / binary / where
 
-    bool exact_unary(unary_op op)
-    {
-        return op != unary_op::exp && op != unary_op::log && op != unary_op::tanh && op != unary_op::sigmoid;
-    }
+    bool exact_unary(unary_op op) { return tests::case_of(op).tol == tests::tolerance::exact; }
 
 
     template <class T>
@@ -204,18 +202,13 @@ namespace
             x = gen() % 8 == 0 ? specials[gen() % specials.size()] : static_cast<T>(dist(gen));
     }
 
+    /// The range op's values are drawn from: its row of tests/op_cases.hpp.
+    template <class T>
     std::pair<double, double> unary_range(unary_op op)
     {
-        switch (op)
-        {
-        case unary_op::exp: return {-80, 80};
-        case unary_op::log:
-        case unary_op::sqrt:
-        case unary_op::rsqrt: return {-1, 1e4};
-        case unary_op::sigmoid:
-        case unary_op::tanh: return {-40, 40};
-        default: return {-100, 100};
-        }
+        const auto& row = tests::case_of(op);
+        const tests::value_range r = std::is_same_v<T, float> ? row.f32 : row.f64;
+        return {r.lo, r.hi};
     }
 
     template <class T>
@@ -226,7 +219,7 @@ namespace
         {
             const shape_t shape = rep == 0 ? shape_t{300, 257} : random_shape(gen, 4, 40000);
             auto x = ckt::make_view<T>(shape, rep == 0 ? layout::contiguous : random_in_layout(gen), gen, T(0));
-            const auto [lo, hi] = unary_range(op);
+            const auto [lo, hi] = unary_range<T>(op);
             math_inputs(x.storage, gen, lo, hi);
             auto [got, want] = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
             constexpr xgrad::dtype dt = xgrad::dtype_of<T>();
@@ -251,7 +244,7 @@ namespace
     template <class T>
     void check_binary(std::mt19937_64& gen, binary_op op)
     {
-        const std::int64_t ulps = op == binary_op::pow ? libm_ulps : 0;
+        const std::int64_t ulps = tests::case_of(op).tol == tests::tolerance::exact ? 0 : libm_ulps;
         for (int rep = 0; rep < 4; ++rep)
         {
             const shape_t shape = rep == 0 ? shape_t{129, 1000} : random_shape(gen, 4, 40000);
@@ -433,8 +426,8 @@ TEST_CASE("cuda kernels: elementwise special values give the CPU reference's bit
             {
                 INFO(xgrad::name(dt), " binary op ", static_cast<int>(op), " of ", s[i / s.size()], " and ",
                      s[i % s.size()], ": device ", got[i], ", cpu ", want[i]);
-                CHECK((op == binary_op::pow ? ckt::within_ulps(got[i], want[i], libm_ulps)
-                                            : same_or_nan(got[i], want[i])));
+                const bool libm = tests::case_of(op).tol == tests::tolerance::libm;
+                CHECK((libm ? ckt::within_ulps(got[i], want[i], libm_ulps) : same_or_nan(got[i], want[i])));
             }
         }
         const shape_t one_d{n}, unit{1};

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_kernels.hpp"
 #include "core/src/dispatch.hpp"
 
 using namespace cuda_test;

@@ -1,6 +1,7 @@
 // The CUDA backend's reduction (backends/cuda/reduce.cpp) against long double sums and the CPU:
 // the kernel through the dispatch table over random shapes and layouts and each lane split,
-// determinism, and sum / mean / max as ops. Tolerances: test_cuda_elementwise.cpp's header.
+// determinism, and sum / mean / max as ops; argmax (kernel and op) against the CPU's, which
+// must give the same indices. Tolerances: test_cuda_elementwise.cpp's header.
 #include "tests/cuda_elementwise_helpers.hpp"
 
 using namespace cuda_elementwise_test;
@@ -27,8 +28,8 @@ namespace
                          x.shape.data(), op);
             got.storage = dout.download();
         }
-        cpu::reduce(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), n_keep, x.shape.data(),
-                    op);
+        ckt::fast.reduce(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), n_keep,
+                         x.shape.data(), op);
 
         const shape_t reduced(x.shape.begin() + n_keep, x.shape.end());
         const shape_t kept_strides(x.strides.begin(), x.strides.begin() + n_keep);
@@ -206,4 +207,85 @@ TEST_CASE("cuda ops: a long 1-d reduction (300001 elements) and NaN in max")
         CHECK(std::isnan(max(nc.to(gpu)).item()));
         CHECK(std::isnan(max(nc).item()));
     }
+}
+
+namespace
+{
+    /// One argmax on the device and on the CPU (fast and reference kernels); the indices must
+    /// be the same, and storage outside the output view untouched.
+    template <class T>
+    void check_argmax_case(std::mt19937_64& gen, bool with_nan)
+    {
+        constexpr xgrad::dtype dt = std::is_same_v<T, std::int64_t> ? xgrad::dtype::int64 : xgrad::dtype_of<T>();
+        shape_t shape = ckt::random_shape(gen, 4, 60000);
+        if (shape.empty() || ckt::numel(shape) == 0)
+            shape = {7, 33};
+        auto x = ckt::make_view<T>(shape, ckt::in_layouts[gen() % ckt::in_layouts.size()], gen, T(0));
+        for (auto& v : x.storage) // few distinct values: ties in most rows
+            v = static_cast<T>(static_cast<int>(gen() % 5) - 2);
+        if constexpr (std::is_floating_point_v<T>)
+            if (with_nan)
+                for (auto& v : x.storage)
+                    if (gen() % 89 == 0)
+                        v = std::numeric_limits<T>::quiet_NaN();
+        const shape_t kept(shape.begin(), shape.end() - 1);
+        auto [got, want] = output_views<std::int64_t>(kept, gen, ckt::out_layouts[gen() % ckt::out_layouts.size()]);
+        auto ref = want;
+        {
+            const device_copy<T> dx(x.storage);
+            const device_copy<std::int64_t> dout(got.storage);
+            dev().argmax(static_cast<std::int64_t*>(dout.get()), got.strides.data(), dx.get(), x.strides.data(), dt,
+                         x.ndim(), x.shape.data());
+            got.storage = dout.download();
+        }
+        ckt::fast.argmax(want.data(), want.strides.data(), x.data(), x.strides.data(), dt, x.ndim(), x.shape.data());
+        cpu::reference::argmax(ref.data(), ref.strides.data(), x.data(), x.strides.data(), dt, x.ndim(),
+                               x.shape.data());
+        INFO(xgrad::name(dt), " argmax of ", x.describe(), " into ", got.describe());
+        const std::string err =
+            compare_storage(got, want, [](std::int64_t g, std::int64_t w, std::size_t) { return g == w; });
+        CHECK_MESSAGE(err.empty(), err);
+        const std::string err_ref =
+            compare_storage(got, ref, [](std::int64_t g, std::int64_t w, std::size_t) { return g == w; });
+        CHECK_MESSAGE(err_ref.empty(), err_ref);
+    }
+}
+
+TEST_CASE("cuda kernels: argmax gives the CPU's indices (first maximum, first NaN) over shapes and layouts")
+{
+    std::mt19937_64 gen(205);
+    for (int rep = 0; rep < 12; ++rep)
+    {
+        check_argmax_case<float>(gen, rep % 2 == 1);
+        check_argmax_case<double>(gen, true);
+        check_argmax_case<std::int64_t>(gen, false);
+    }
+}
+
+TEST_CASE("cuda ops: argmax over every dim, with keepdim, of views and 16-bit tensors")
+{
+    std::mt19937_64 gen(206);
+    std::uint64_t seed = 4000;
+    for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16})
+        for (int rep = 0; rep < 6; ++rep)
+        {
+            shape_type shape = op_shape(gen, 4, 20000);
+            if (shape.empty())
+                shape = {5};
+            const auto nd = static_cast<std::int64_t>(shape.size());
+            const auto pick = static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(nd));
+            const std::int64_t dim = gen() % 2 ? pick - nd : pick; // negative dims too
+            if (shape[static_cast<std::size_t>(dim < 0 ? dim + nd : dim)] == 0)
+                continue;
+            const bool keepdim = gen() % 2;
+            const auto [xc, xd] = view_pair(shape, rep % 3, gen, [&](const shape_type& s) {
+                return sign(random_cpu(s, dt, seed++, -3, 3)); // -1, 0, 1: ties
+            });
+            INFO(describe(xc), " dim ", dim, keepdim ? " keepdim" : "");
+            const tensor yc = argmax(xc, dim, keepdim), yd = argmax(xd, dim, keepdim);
+            CHECK(yd.device() == gpu);
+            CHECK(yd.dtype() == dtype::int64);
+            CHECK(yd.shape() == yc.shape());
+            CHECK(to_vector(yd) == to_vector(yc));
+        }
 }

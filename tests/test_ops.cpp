@@ -1,5 +1,7 @@
 // Forward values of every op, checked against xtensor computing the same expression in
-// float64, for float64 and float32 (and 16-bit where the rounding rule is the point).
+// float64, for float64 and float32 (and 16-bit where the rounding rule is the point); every op
+// code's op against its formula (backends/common/op_math.hpp), driven by the op table
+// (tests/op_cases.hpp); argmax against a direct loop.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +11,8 @@
 #include <xtensor/xsort.hpp>
 #include <xtensor/xview.hpp>
 
+#include "backends/common/op_math.hpp"
+#include "tests/op_cases.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
@@ -254,4 +258,190 @@ TEST_CASE("results do not depend on the thread count")
     set_num_threads(saved);
     CHECK(runs[0] == runs[1]);
     CHECK(runs[0] == runs[2]);
+}
+
+namespace
+{
+    /// Inputs of `shape` in the op table's domain d, as float64 (seeded).
+    tensor draw(tests::domain d, const shape_type& shape, std::uint64_t seed)
+    {
+        generator g(seed);
+        tensor z = randn(shape, g, dtype::float64);
+        if (d == tests::domain::positive)
+            return abs(z) + 0.5;
+        if (d == tests::domain::nonzero)
+            return sign(z) * (abs(z) + 0.2);
+        return z;
+    }
+
+    /// t's values as an xarray of its shape.
+    xt::xarray<double> values(const tensor& t) { return to_xarray<double>(t.to(dtype::float64)); }
+}
+
+TEST_CASE("op table: every op code of the lists has exactly one row")
+{
+    for (const auto op : tests::all_unary)
+    {
+        INFO("unary op code ", static_cast<int>(op), " (", kernels::unary_op_names[static_cast<int>(op)], ")");
+        CHECK_NOTHROW((void)tests::case_of(op));
+        CHECK(std::string(tests::case_of(op).name) == kernels::unary_op_names[static_cast<int>(op)]);
+    }
+    for (const auto op : tests::all_binary)
+    {
+        INFO("binary op code ", static_cast<int>(op), " (", kernels::binary_op_names[static_cast<int>(op)], ")");
+        CHECK_NOTHROW((void)tests::case_of(op));
+        CHECK(std::string(tests::case_of(op).name) == kernels::binary_op_names[static_cast<int>(op)]);
+    }
+    for (const auto op : tests::all_reduce)
+    {
+        INFO("reduce op code ", static_cast<int>(op), " (", kernels::reduce_op_names[static_cast<int>(op)], ")");
+        CHECK_NOTHROW((void)tests::case_of(op));
+        CHECK(std::string(tests::case_of(op).name) == kernels::reduce_op_names[static_cast<int>(op)]);
+    }
+    CHECK(std::size(tests::unary_cases) == static_cast<std::size_t>(kernels::unary_op_count));
+    CHECK(std::size(tests::binary_cases) == static_cast<std::size_t>(kernels::binary_op_count));
+    CHECK(std::size(tests::reduce_cases) == static_cast<std::size_t>(kernels::reduce_op_count));
+    // A code without a row is reported, naming it.
+    CHECK_THROWS_WITH_AS(tests::case_of(static_cast<kernels::unary_op>(kernels::unary_op_count)),
+                         doctest::Contains("unary op code"), std::logic_error);
+}
+
+TEST_CASE("op table: each unary op computes its op code's formula")
+{
+    for (const auto& row : tests::unary_cases)
+        for (dtype dt : {dtype::float64, dtype::float32})
+        {
+            INFO(row.name, " ", name(dt));
+            const tensor x = draw(row.dom, {3, 5}, 21).to(dt);
+            xt::xarray<double> want = values(x);
+            for (auto& v : want)
+                v = kernels::apply(row.op, v);
+            check_close(row.apply(x), want);
+            const tensor xg = x.detach().requires_grad_();
+            CHECK(row.apply(xg).requires_grad());
+        }
+}
+
+TEST_CASE("op table: each binary op computes its op code's formula, broadcasting")
+{
+    for (const auto& row : tests::binary_cases)
+        for (dtype dt : {dtype::float64, dtype::float32})
+        {
+            INFO(row.name, " ", name(dt));
+            const tensor a = draw(row.a_dom, {3, 4}, 22).to(dt);
+            tensor b = draw(row.b_dom, {4}, 23).to(dt);
+            if (!row.differentiable) // comparisons: make some elements equal
+                b = slice(a, 0, 1, 2).reshape({4}).detach();
+            const xt::xarray<double> av = values(a), bv = values(b);
+            xt::xarray<double> want = av;
+            for (std::size_t i = 0; i < 3; ++i)
+                for (std::size_t j = 0; j < 4; ++j)
+                    want(i, j) = kernels::apply(row.op, av(i, j), bv(j));
+            check_close(row.apply(a, b), want);
+            const tensor ag = a.detach().requires_grad_();
+            CHECK(row.apply(ag, b).requires_grad() == row.differentiable);
+        }
+}
+
+TEST_CASE("op table: each reduction op reduces as its op code says")
+{
+    const auto a = rnd({3, 4, 5}, 24);
+    for (const auto& row : tests::reduce_cases)
+    {
+        INFO(row.name);
+        const tensor t = from_xarray(a);
+        xt::xarray<double> want = xt::zeros<double>({3, 5});
+        for (std::size_t i = 0; i < 3; ++i)
+            for (std::size_t k = 0; k < 5; ++k)
+            {
+                double acc = row.op == kernels::reduce_op::sum ? 0.0 : a(i, 0, k);
+                for (std::size_t j = 0; j < 4; ++j)
+                    acc = row.op == kernels::reduce_op::sum ? acc + a(i, j, k) : std::max(acc, a(i, j, k));
+                want(i, k) = acc;
+            }
+        check_close(row.apply(t, {1}, false), want);
+        if (row.empty_allowed)
+            CHECK(to_vector(row.apply(zeros({0, 2}, dtype::float64), {0}, false)) == std::vector<double>{0, 0});
+        else
+            CHECK_THROWS_AS(row.apply(zeros({0, 2}, dtype::float64), {0}, false), std::invalid_argument);
+    }
+}
+
+namespace
+{
+    /// argmax along dim of x (contiguous, float64 values) by a direct loop: the first NaN,
+    /// else the first largest; the result as a flat row-major vector of the kept dims.
+    std::vector<double> direct_argmax(const std::vector<double>& v, const shape_type& shape, std::size_t dim)
+    {
+        std::int64_t outer = 1, inner = 1;
+        for (std::size_t d = 0; d < dim; ++d)
+            outer *= shape[d];
+        for (std::size_t d = dim + 1; d < shape.size(); ++d)
+            inner *= shape[d];
+        const std::int64_t n = shape[dim];
+        std::vector<double> out;
+        for (std::int64_t o = 0; o < outer; ++o)
+            for (std::int64_t i = 0; i < inner; ++i)
+            {
+                auto at = [&](std::int64_t r) { return v[static_cast<std::size_t>((o * n + r) * inner + i)]; };
+                std::int64_t best = 0;
+                for (std::int64_t r = 1; r < n && !std::isnan(at(best)); ++r)
+                    if (std::isnan(at(r)) || at(r) > at(best))
+                        best = r;
+                out.push_back(static_cast<double>(best));
+            }
+        return out;
+    }
+}
+
+TEST_CASE("argmax: every dim, keepdim, ties and NaN, against a direct loop")
+{
+    generator g(31);
+    const shape_type shape = {3, 4, 5};
+    // Values from {-1, 0, 1}: ties in most rows; a few NaN.
+    tensor x = sign(randn(shape, g, dtype::float64));
+    std::vector<double> v = to_vector(x);
+    v[7] = NAN;
+    v[31] = NAN;
+    v[33] = NAN;
+    x = from_host(v.data(), shape, dtype::float64);
+    for (dtype dt : {dtype::float64, dtype::float32, dtype::float16, dtype::bfloat16})
+        for (std::int64_t dim = -3; dim < 3; ++dim)
+        {
+            INFO(name(dt), " dim ", dim);
+            const std::size_t d = static_cast<std::size_t>(dim < 0 ? dim + 3 : dim);
+            const tensor y = argmax(x.to(dt), dim);
+            CHECK(y.dtype() == dtype::int64);
+            shape_type kept = shape;
+            kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(d));
+            CHECK(y.shape() == kept);
+            CHECK(to_vector(y) == direct_argmax(v, shape, d));
+            shape_type ks = shape;
+            ks[d] = 1;
+            const tensor yk = argmax(x.to(dt), dim, true);
+            CHECK(yk.shape() == ks);
+            CHECK(to_vector(yk) == direct_argmax(v, shape, d));
+        }
+    // A strided view, and int64 input (compared exactly).
+    const tensor t = transpose(from_host(v.data(), shape, dtype::float64), 0, 2);
+    CHECK(to_vector(argmax(t, 0)) == to_vector(argmax(contiguous(t), 0)));
+    const std::int64_t big[3] = {std::int64_t{1} << 60, (std::int64_t{1} << 60) + 1, std::int64_t{1} << 60};
+    CHECK(argmax(from_host(big, {3}, dtype::int64)).item() == 1.0);
+}
+
+TEST_CASE("argmax: first maximum wins, NaN is the maximum, no gradient, clear errors")
+{
+    const tensor x = from_host(std::vector<double>{1, 3, 3, 2}.data(), {4}, dtype::float64).requires_grad_();
+    const tensor y = argmax(x);
+    CHECK(y.item() == 1.0);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(argmax(from_host(std::vector<double>{1, NAN, 9, NAN}.data(), {4}, dtype::float64)).item() == 1.0);
+    CHECK(argmax(from_host(std::vector<double>{-INFINITY, -INFINITY}.data(), {2}, dtype::float64)).item() == 0.0);
+    CHECK(argmax(full({}, 5.0)).shape() == shape_type{});
+    CHECK(argmax(full({}, 5.0)).item() == 0.0);
+    CHECK(argmax(zeros({0, 3}), 1).shape() == shape_type{0}); // empty kept extent: an empty result
+    CHECK_THROWS_WITH_AS(argmax(zeros({2, 0}), 1), doctest::Contains("extent 0"), xgrad::invalid_argument);
+    CHECK_THROWS_WITH_AS(argmax(zeros({2, 3}), 2), doctest::Contains("argmax"), std::invalid_argument);
+    CHECK_THROWS_AS(argmax(zeros({2, 3}), -3), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(argmax(tensor{}), doctest::Contains("undefined"), xgrad::invalid_argument);
 }

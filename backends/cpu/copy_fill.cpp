@@ -3,16 +3,16 @@
 // both sides are contiguous and of one dtype, and the F16C bulk conversions of
 // simd_kernels.hpp for contiguous float16 <-> float32 copies when the processor has F16C
 // (use_f16c). Element conversions are those of convert.hpp, shared with the reference kernels.
-// At simd_level::scalar both forward to their xgrad::cpu::reference twins.
+// At simd_level::scalar the dispatch serves their xgrad::cpu::reference twins instead.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/layout.hpp"
+#include "backends/common/layout.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -24,7 +24,6 @@ namespace xgrad::cpu
         using detail::grain;
         using detail::make_space;
         using detail::use_f16c;
-        using detail::use_reference;
 
         // ---------------------------------------------------------------------------------
         // copy / fill
@@ -84,8 +83,6 @@ namespace xgrad::cpu
 
     void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape, double value)
     {
-        if (use_reference())
-            return reference::fill(out, out_strides, dt, ndim, shape, value);
         detail::visit_dtype(dt, [&](auto tag) {
             using T = decltype(tag);
             fill_impl(static_cast<T*>(out), out_strides, ndim, shape, detail::convert<T>(value));
@@ -95,8 +92,6 @@ namespace xgrad::cpu
     void copy(void* out, const std::int64_t* out_strides, dtype out_dt, const void* x, const std::int64_t* x_strides,
               dtype x_dt, int ndim, const std::int64_t* shape)
     {
-        if (use_reference())
-            return reference::copy(out, out_strides, out_dt, x, x_strides, x_dt, ndim, shape);
         detail::visit_dtype(out_dt, [&](auto out_tag) {
             detail::visit_dtype(x_dt, [&](auto x_tag) {
                 using O = decltype(out_tag);

@@ -1,19 +1,19 @@
 #pragma once
 // Internal to the CPU backend: what decides how a fast kernel (elementwise.cpp, reduce.cpp,
-// copy_fill.cpp, matmul.cpp) runs: its reference twin or the fast code, which compiled
-// instruction set, which compute dtype, and how finely it is split over threads.
+// copy_fill.cpp, matmul.cpp) runs: which compiled instruction set, which compute dtype, and
+// how finely it is split over threads. Whether the fast kernel runs at all is decided once, in
+// core/src/dispatch.cpp, which serves the reference table at simd_level::scalar.
 //
 // - The SIMD code is compiled per instruction set in kernels_<arch>.cpp; xsimd::dispatch picks
 //   one at run time (simd_call), capped by limit_simd_level (simd_level.hpp; simd_level.cpp
-//   implements the choice). At simd_level::scalar every kernel forwards to its
-//   xgrad::cpu::reference twin (use_reference).
+//   implements the choice).
 // - Threads split the flat element range (parallel_for, >= `grain` elements a chunk, so small
 //   tensors stay on the calling thread).
 #include <cstdint>
 
 #include "backends/cpu/simd_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
-#include "backends/op_math.hpp"
+#include "backends/common/op_math.hpp"
 #include "xgrad/dtype.hpp"
 
 namespace xgrad::cpu::detail
@@ -21,8 +21,6 @@ namespace xgrad::cpu::detail
     /// Minimum elements per thread chunk: about 10-30 us of work for the cheapest kernels,
     /// well above the cost of waking a worker, so tensors below 64K elements run inline.
     constexpr std::int64_t grain = 32768;
-
-    inline bool use_reference() noexcept { return simd_level_in_use() == simd_level::scalar; }
 
     /// Whether copies may use the F16C float16 <-> float32 conversions (simd_kernels.hpp): the
     /// processor has F16C and the level in use is avx2_fma. Defined in simd_level.cpp.
@@ -39,5 +37,5 @@ namespace xgrad::cpu::detail
         return dispatched(args...);
     }
 
-    using kernels::visit_compute; // backends/op_math.hpp
+    using kernels::visit_compute; // backends/common/op_math.hpp
 }

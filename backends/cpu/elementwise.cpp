@@ -12,7 +12,7 @@
 // - Threads split the flat element range (parallel_for, >= `grain` elements a chunk, so small
 //   tensors stay on the calling thread). Elementwise results cannot depend on the chunking.
 // - The instruction set is picked at run time (simd_call, dispatch.hpp). At
-//   simd_level::scalar every kernel forwards to its xgrad::cpu::reference twin.
+//   simd_level::scalar the dispatch serves their xgrad::cpu::reference twins instead.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -21,7 +21,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/layout.hpp"
+#include "backends/common/layout.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -35,7 +35,6 @@ namespace xgrad::cpu
         using detail::make_space;
         using detail::simd_call;
         using detail::space;
-        using detail::use_reference;
         using detail::visit_compute;
 
         /// Runs row(out_run, input_runs, input_strides, n) over the flat range [begin, end) of
@@ -185,8 +184,6 @@ namespace xgrad::cpu
     void unary(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides, dtype dt,
                int ndim, const std::int64_t* shape, unary_op op)
     {
-        if (use_reference())
-            return reference::unary(out, out_strides, x, x_strides, dt, ndim, shape, op);
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
             unary_impl(static_cast<T*>(out), out_strides, static_cast<const T*>(x), x_strides, ndim, shape, op);
@@ -196,8 +193,6 @@ namespace xgrad::cpu
     void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides, const void* b,
                 const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape, binary_op op)
     {
-        if (use_reference())
-            return reference::binary(out, out_strides, a, a_strides, b, b_strides, dt, ndim, shape, op);
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
             binary_impl(static_cast<T*>(out), out_strides, static_cast<const T*>(a), a_strides,
@@ -209,8 +204,6 @@ namespace xgrad::cpu
                const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides, dtype dt,
                int ndim, const std::int64_t* shape)
     {
-        if (use_reference())
-            return reference::where(out, out_strides, cond, cond_strides, a, a_strides, b, b_strides, dt, ndim, shape);
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
             where_impl(static_cast<T*>(out), out_strides, static_cast<const T*>(cond), cond_strides,

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "xgrad/thread_pool.hpp"

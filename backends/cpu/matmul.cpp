@@ -1,7 +1,7 @@
 // The fast matmul kernel: matmul hands each matrix to cblas_sgemm/dgemm; OpenBLAS is far
 // faster than anything hand-written here and threads each product itself. Operands BLAS
-// cannot read in place are first packed row-major. At simd_level::scalar the kernel forwards
-// to its xgrad::cpu::reference twin.
+// cannot read in place are first packed row-major. At simd_level::scalar the dispatch serves
+// its xgrad::cpu::reference twin instead.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/matmul_dims.hpp"
+#include "backends/common/matmul_dims.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu
@@ -21,7 +21,6 @@ namespace xgrad::cpu
     namespace
     {
         using detail::grain;
-        using detail::use_reference;
         using detail::visit_compute;
 
         // ---------------------------------------------------------------------------------
@@ -104,8 +103,6 @@ namespace xgrad::cpu
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
                 dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
     {
-        if (use_reference())
-            return reference::matmul(out, a, a_strides, b, b_strides, dt, batch, m, n, k);
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
             matmul_impl(static_cast<T*>(out), static_cast<const T*>(a), a_strides, static_cast<const T*>(b), b_strides,

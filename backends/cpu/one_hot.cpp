@@ -3,7 +3,7 @@
 // validated before anything is written, so an invalid label leaves out untouched.
 #include <algorithm>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 

@@ -1,6 +1,7 @@
-// The fast reduction kernel (sum and max over the trailing dimensions): blocking, threading
-// and dispatch around the SIMD inner loops reduce_contiguous_fn and reduce_rows_fn of
-// simd_kernels.hpp.
+// The fast reduction kernels: reduce (sum and max over the trailing dimensions), with blocking,
+// threading and dispatch around the SIMD inner loops reduce_contiguous_fn and reduce_rows_fn of
+// simd_kernels.hpp; and argmax over the last dimension, a plain scan per row threaded over the
+// rows (its comparisons are data-dependent branches, which gain little from SIMD).
 //
 // Why it is built this way:
 // - Reductions use a fixed blocking that depends only on the shape and strides, never on the
@@ -8,7 +9,7 @@
 //   pairwise tree. See reduce_impl for the two fast paths and the error bounds.
 // - Kept and reduced dimensions are normalised like every fast kernel's layout (layout.hpp);
 //   the instruction set is picked at run time (simd_call, dispatch.hpp). At
-//   simd_level::scalar the kernel forwards to its xgrad::cpu::reference twin.
+//   simd_level::scalar the dispatch serves its xgrad::cpu::reference twin instead.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -16,7 +17,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/layout.hpp"
+#include "backends/common/layout.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -29,7 +30,6 @@ namespace xgrad::cpu
         using detail::grain;
         using detail::make_space;
         using detail::simd_call;
-        using detail::use_reference;
         using detail::visit_compute;
 
         // ---------------------------------------------------------------------------------
@@ -233,12 +233,71 @@ namespace xgrad::cpu
     void reduce(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides, dtype dt,
                 int ndim, int n_keep, const std::int64_t* shape, reduce_op op)
     {
-        if (use_reference())
-            return reference::reduce(out, out_strides, x, x_strides, dt, ndim, n_keep, shape, op);
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
             reduce_impl(static_cast<T*>(out), out_strides, static_cast<const T*>(x), x_strides, ndim, n_keep, shape,
                         op);
         });
+    }
+
+    namespace
+    {
+        /// The index of the largest element of the n >= 1 elements row[0], row[stride], ...:
+        /// the first maximum, or the first NaN (a NaN counts as the largest value).
+        template <class T>
+        std::int64_t argmax_row(const T* row, std::int64_t stride, std::int64_t n) noexcept
+        {
+            T best = row[0];
+            if (best != best)
+                return 0;
+            std::int64_t at = 0;
+            for (std::int64_t r = 1; r < n; ++r)
+            {
+                const T v = row[r * stride];
+                if (v != v)
+                    return r;
+                if (v > best) // strict: a tie keeps the first index
+                {
+                    best = v;
+                    at = r;
+                }
+            }
+            return at;
+        }
+    }
+
+    void argmax(std::int64_t* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                dtype dt, int ndim, const std::int64_t* shape)
+    {
+        const int n_keep = ndim - 1;
+        const std::int64_t n = shape[n_keep];
+        const std::int64_t stride = x_strides[n_keep];
+        std::int64_t rows = 1;
+        for (int d = 0; d < n_keep; ++d)
+            rows *= shape[d];
+        auto run = [&](auto tag) {
+            using T = decltype(tag);
+            const T* in = static_cast<const T*>(x);
+            // Rows split over threads; each row is one scan, so the result cannot depend on it.
+            const std::int64_t row_grain = std::max<std::int64_t>(1, grain / std::max<std::int64_t>(n, 1));
+            parallel_for(0, rows, row_grain, [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t k = begin; k < end; ++k)
+                {
+                    std::int64_t rest = k, x_off = 0, o_off = 0;
+                    for (int d = n_keep - 1; d >= 0; --d)
+                    {
+                        const std::int64_t i = rest % shape[d];
+                        rest /= shape[d];
+                        x_off += i * x_strides[d];
+                        o_off += i * out_strides[d];
+                    }
+                    out[o_off] = argmax_row(in + x_off, stride, n);
+                }
+            });
+        };
+        if (dt == dtype::int64)
+            run(std::int64_t{});
+        else
+            visit_compute(dt, run);
     }
 }

@@ -10,10 +10,10 @@
 #include <limits>
 #include <vector>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/matmul_dims.hpp"
-#include "backends/op_math.hpp"
+#include "backends/common/matmul_dims.hpp"
+#include "backends/common/op_math.hpp"
 
 namespace xgrad::cpu::reference
 {
@@ -165,5 +165,32 @@ namespace xgrad::cpu::reference
                         o[(p * m + i) * n + j] = acc;
                     }
         });
+    }
+
+    void argmax(std::int64_t* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                dtype dt, int ndim, const std::int64_t* shape)
+    {
+        auto run = [&](auto tag) {
+            using T = decltype(tag);
+            const T* in = static_cast<const T*>(x);
+            const int n_keep = ndim - 1;
+            for_each_index<2>(n_keep, shape, {out_strides, x_strides}, [&](const auto& kept) {
+                std::int64_t at = 0;
+                for (std::int64_t r = 1; r < shape[n_keep]; ++r)
+                {
+                    const T v = in[kept[1] + r * x_strides[n_keep]];
+                    const T best = in[kept[1] + at * x_strides[n_keep]];
+                    if (std::isnan(static_cast<double>(best)))
+                        break; // the first NaN is the maximum
+                    if (std::isnan(static_cast<double>(v)) || v > best)
+                        at = r;
+                }
+                out[kept[0]] = at;
+            });
+        };
+        if (dt == dtype::int64)
+            run(std::int64_t{});
+        else
+            visit_compute(dt, run);
     }
 }

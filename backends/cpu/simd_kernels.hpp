@@ -17,7 +17,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "backends/kernels.hpp"
+#include "backends/common/kernels.hpp"
 
 namespace xgrad::cpu::simd
 {

@@ -1,5 +1,5 @@
 // The run-time choice of instruction set for the fast kernels of an XGRAD_SIMD=dispatch build
-// (kernels_scalar.cpp stands in for this file in a scalar build): what the processor and the
+// (simd_level_scalar.cpp stands in for this file in a scalar build): what the processor and the
 // OS support, the process-wide cap set by limit_simd_level (simd_level.hpp), and whether
 // copies may use F16C.
 //

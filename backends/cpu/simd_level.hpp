@@ -3,9 +3,9 @@
 //
 // The fast kernels pick the best compiled instruction set the processor has (xsimd::dispatch
 // over fma3<avx2> and sse2). limit_simd_level caps that choice at run time, so the tests can
-// check the SSE2 code on an AVX2 machine and compare the `scalar` level (every kernel forwards
-// to its xgrad::cpu::reference twin) against the SIMD levels; it is also a debugging switch.
-// In a build configured with XGRAD_SIMD=scalar the level is always `scalar`.
+// check the SSE2 code on an AVX2 machine; it is also a debugging switch. At the `scalar` level
+// the dispatch (core/src/dispatch.cpp) serves the xgrad::cpu::reference table instead of the
+// fast kernels. In a build configured with XGRAD_SIMD=scalar the level is always `scalar`.
 #include <cstdint>
 
 namespace xgrad::cpu
@@ -13,7 +13,7 @@ namespace xgrad::cpu
     /// Ordered: a higher level uses a wider instruction set.
     enum class simd_level : std::uint8_t
     {
-        scalar,  // the reference kernels (single-threaded plain loops)
+        scalar,  // the reference kernels (single-threaded plain loops), chosen by the dispatch
         sse2,    // xsimd::sse2, every x86-64 processor
         avx2_fma // xsimd::fma3<xsimd::avx2> (plus F16C for float16 <-> float32 copies)
     };

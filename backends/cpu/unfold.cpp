@@ -1,6 +1,6 @@
 // The fast window kernels, unfold2d (im2col) and fold2d (col2im), threaded over the thread
-// pool. At simd_level::scalar both forward to their xgrad::cpu::reference twins
-// (unfold_reference.cpp).
+// pool. At simd_level::scalar the dispatch serves their xgrad::cpu::reference twins
+// (unfold_reference.cpp) instead.
 //
 // Why they are built this way:
 // - The cols array is walked along its innermost axis, which the strides reveal: the window
@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "xgrad/thread_pool.hpp"
@@ -35,7 +35,6 @@ namespace xgrad::cpu
     namespace
     {
         using detail::grain;
-        using detail::use_reference;
         using kernels::window2d_dims;
 
         /// The windows o in [lo, hi) of [0, count) whose tap at offset `off` (k * dilation),
@@ -304,8 +303,6 @@ namespace xgrad::cpu
     void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides,
                   dtype dt, const window2d_dims& d, double pad_value)
     {
-        if (use_reference())
-            return reference::unfold2d(cols, cols_strides, x, x_strides, dt, d, pad_value);
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);
             unfold_impl(static_cast<T*>(cols), cols_strides, static_cast<const T*>(x), x_strides, d,
@@ -316,8 +313,6 @@ namespace xgrad::cpu
     void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
                 dtype dt, const window2d_dims& d)
     {
-        if (use_reference())
-            return reference::fold2d(x, x_strides, cols, cols_strides, dt, d);
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);
             fold_impl(static_cast<T*>(x), x_strides, static_cast<const T*>(cols), cols_strides, d);

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 
 namespace xgrad::cpu::reference

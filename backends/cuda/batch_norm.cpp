@@ -1,5 +1,5 @@
-// The CUDA backend's fused batch-norm kernels (contract: backends/cpu/batch_norm_kernels.hpp;
-// formulas: docs/batch_norm.md and backends/cpu/batch_norm/reference.cpp; the second-order
+// The CUDA backend's fused batch-norm kernels (contract: backends/common/kernel_list.hpp;
+// formulas: docs/batch_norm.md and the CPU reference kernels; the second-order
 // coefficients: backends/common/batch_norm_coefficients.hpp, shared with the CPU kernels).
 //
 // Every kernel is made of two kinds of passes over memory:

@@ -1,14 +1,12 @@
 #pragma once
-// The CUDA backend's kernels: the kernel set of backends/kernels.hpp, in `xgrad::cuda`.
-//
-// Every kernel is declared with the type of its CPU namesake (`decltype`), so the two
-// backends' signatures are identical by construction; backends/cpu/cpu_kernels.hpp and
-// backends/cpu/batch_norm_kernels.hpp hold each kernel's contract, which holds here too, with
-// these differences:
+// The CUDA backend's kernels: the kernel list of backends/common/kernel_list.hpp, declared
+// from the list in `xgrad::cuda`, so its signatures are the CPU backend's by construction. The
+// contracts there hold here too, with these differences:
 // - Pointers are device pointers (memory from cuda::allocate), except the host buffers of
 //   copy_to_host / copy_from_host. Kernels run in the order they are called on one stream per
 //   device; copy_to_host and the kernels that return a value (take, put_add, one_hot) wait for
 //   the work before them.
+// - argmax scans each reduced row in order on the device, so it picks the CPU's index.
 // - Reductions (reduce, the batch-norm sums) are deterministic: a fixed split of each sum into
 //   partial sums that depends on the shape only, combined in a fixed order, with no float
 //   atomics. Their rounding differs from the CPU backend's (another summation order), within
@@ -21,11 +19,8 @@
 // compiles the same files with Thrust's OpenMP device system (XGRAD_CUDA_ON_CPU), where device
 // memory is host memory. Only runtime.cu / runtime_omp.cpp (memory, copies, devices) and
 // matmul.cu / matmul_omp.cpp (cuBLAS / the CPU GEMM) differ between the two.
-#include <cstddef>
-#include <cstdint>
-
-#include "backends/cpu/batch_norm_kernels.hpp"
-#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/common/kernel_list.hpp"
+#include "xgrad/dtype.hpp" // cuda_memory_stats
 
 namespace xgrad::cuda
 {
@@ -33,39 +28,15 @@ namespace xgrad::cuda
     using kernels::reduce_op;
     using kernels::unary_op;
 
-    // memory (allocator.cpp: a caching allocator over the runtime's device memory)
-    decltype(cpu::allocate) allocate;
-    decltype(cpu::deallocate) deallocate;
-    decltype(cpu::copy_to_host) copy_to_host;
-    decltype(cpu::copy_from_host) copy_from_host;
-    // elementwise.cpp
-    decltype(cpu::fill) fill;
-    decltype(cpu::copy) copy;
-    decltype(cpu::unary) unary;
-    decltype(cpu::binary) binary;
-    decltype(cpu::where) where;
-    // reduce.cpp
-    decltype(cpu::reduce) reduce;
-    // matmul.cu (cuBLAS) / matmul_omp.cpp
-    decltype(cpu::matmul) matmul;
-    // index.cpp
-    decltype(cpu::one_hot) one_hot;
-    decltype(cpu::max_pool2d_argmax) max_pool2d_argmax;
-    decltype(cpu::take) take;
-    decltype(cpu::put_add) put_add;
-    // unfold.cpp
-    decltype(cpu::unfold2d) unfold2d;
-    decltype(cpu::fold2d) fold2d;
-    // batch_norm.cpp
-    decltype(cpu::bn_moments) bn_moments;
-    decltype(cpu::bn_normalize) bn_normalize;
-    decltype(cpu::bn_forward_training) bn_forward_training;
-    decltype(cpu::bn_grad_reduce) bn_grad_reduce;
-    decltype(cpu::bn_grad_apply) bn_grad_apply;
-    decltype(cpu::bn_grad_training) bn_grad_training;
-    decltype(cpu::bn_grad_inference) bn_grad_inference;
-    decltype(cpu::bn_grad_grad_reduce) bn_grad_grad_reduce;
-    decltype(cpu::bn_grad_grad_apply) bn_grad_grad_apply;
+    // Where they are defined: allocate, deallocate, copy_to_host, copy_from_host in
+    // allocator.cpp (a caching allocator over the runtime's device memory); fill, copy, unary,
+    // binary, where in elementwise.cpp; reduce and argmax in reduce.cpp; matmul in matmul.cu
+    // (cuBLAS) / matmul_omp.cpp; one_hot, max_pool2d_argmax, take, put_add in index.cpp;
+    // unfold2d, fold2d in unfold.cpp; the bn_ kernels in batch_norm.cpp.
+    XGRAD_KERNEL_LIST(XGRAD_DECLARE_KERNEL)
+
+    /// The kernels as a table (kernel_table.cpp fills it by name); every entry is set.
+    const kernels::kernel_table& device_kernels() noexcept;
 
     /// The caching allocator's counters for the current device (allocator.cpp).
     cuda_memory_stats memory_stats();

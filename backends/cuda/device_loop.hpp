@@ -22,7 +22,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "backends/cpu/layout.hpp"
+#include "backends/common/layout.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "xgrad/half.hpp"
 
@@ -85,7 +85,7 @@ namespace xgrad::cuda::detail
     inline constexpr int max_dims = 8;
 
     /// The index space of N strided operands of one shape, normalised on the host as the CPU
-    /// kernels do (cpu::detail::make_space: size-1 dimensions dropped, ordered by operand 0's
+    /// kernels do (kernels::detail::make_space: size-1 dimensions dropped, ordered by operand 0's
     /// strides, contiguous dimensions merged), passed to the device by value.
     template <std::size_t N>
     struct nd_index
@@ -115,7 +115,7 @@ namespace xgrad::cuda::detail
     template <std::size_t N>
     nd_index<N> make_nd_index(int ndim, const std::int64_t* shape, const std::array<const std::int64_t*, N>& strides)
     {
-        const auto sp = cpu::detail::make_space<N>(ndim, shape, strides);
+        const auto sp = kernels::detail::make_space<N>(ndim, shape, strides);
         nd_index<N> ix;
         ix.numel = sp.numel;
         if (sp.numel == 0)

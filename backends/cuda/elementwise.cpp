@@ -1,5 +1,5 @@
 // The CUDA backend's elementwise kernels: fill, copy (every pair of dtypes), unary, binary and
-// where, with the contracts of backends/cpu/cpu_kernels.hpp.
+// where, with the contracts of backends/common/kernel_list.hpp.
 //
 // How they are built:
 // - One device thread per output element. The operands' layout is normalised on the host
@@ -8,11 +8,11 @@
 //   flat index to each operand's offset. When every operand is flat (contiguous in that order,
 //   or one broadcast scalar) the offset is the flat index itself or 0, with no divisions: the
 //   `Flat` instantiation of each kernel.
-// - Element conversions are backends/cpu/convert.hpp's, compiled for the device too, so copy
+// - Element conversions are backends/common/convert.hpp's, compiled for the device too, so copy
 //   and fill give the CPU's bits for every dtype pair: float -> 16-bit rounds once to nearest
 //   even, float -> int64 truncates and saturates (NaN -> 0), int64 -> 16-bit rounds through
 //   round-to-odd.
-// - The math is the formula of the CPU reference kernels (backends/op_math.hpp, shared), each
+// - The math is the formula of the CPU reference kernels (backends/common/op_math.hpp, shared), each
 //   operation one IEEE operation where the CPU's is (nvcc's default -prec-div, -prec-sqrt and
 //   no flush to zero keep division, sqrt and subnormals IEEE; no expression here has an
 //   a * b + c that could contract into an fma). So neg, abs, relu, sqrt, rsqrt (1 / sqrt),
@@ -23,8 +23,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cpu/convert.hpp"
-#include "backends/op_math.hpp"
+#include "backends/common/convert.hpp"
+#include "backends/common/op_math.hpp"
 #include "backends/cuda/device_loop.hpp"
 
 namespace xgrad::cuda
@@ -81,7 +81,7 @@ namespace xgrad::cuda
                 detail::for_each_index(ix.numel, indexed<N, false, Body>{ix, body});
         }
 
-        // The math: the op formulas of backends/op_math.hpp, shared with the CPU reference.
+        // The math: the op formulas of backends/common/op_math.hpp, shared with the CPU reference.
         using kernels::apply;
         using kernels::visit_compute;
 
@@ -103,7 +103,7 @@ namespace xgrad::cuda
             const X* x;
             XGRAD_HD void operator()(const std::int64_t (&off)[2]) const
             {
-                out[off[0]] = cpu::detail::convert<O>(x[off[1]]);
+                out[off[0]] = kernels::detail::convert<O>(x[off[1]]);
             }
         };
 
@@ -148,10 +148,10 @@ namespace xgrad::cuda
     void fill(void* out, const std::int64_t* out_strides, dtype dt, int ndim, const std::int64_t* shape, double value)
     {
         const auto ix = detail::make_nd_index<1>(ndim, shape, {out_strides});
-        cpu::detail::visit_dtype(dt, [&](auto tag) {
+        kernels::detail::visit_dtype(dt, [&](auto tag) {
             using T = decltype(tag);
             // Converted once on the host, with the device's conversion functions.
-            launch(ix, fill_body<T>{static_cast<T*>(out), cpu::detail::convert<T>(value)});
+            launch(ix, fill_body<T>{static_cast<T*>(out), kernels::detail::convert<T>(value)});
         });
     }
 
@@ -159,8 +159,8 @@ namespace xgrad::cuda
               dtype x_dt, int ndim, const std::int64_t* shape)
     {
         const auto ix = detail::make_nd_index<2>(ndim, shape, {out_strides, x_strides});
-        cpu::detail::visit_dtype(out_dt, [&](auto out_tag) {
-            cpu::detail::visit_dtype(x_dt, [&](auto x_tag) {
+        kernels::detail::visit_dtype(out_dt, [&](auto out_tag) {
+            kernels::detail::visit_dtype(x_dt, [&](auto x_tag) {
                 using O = decltype(out_tag);
                 using X = decltype(x_tag);
                 launch(ix, copy_body<O, X>{static_cast<O*>(out), static_cast<const X*>(x)});

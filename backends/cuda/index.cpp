@@ -1,5 +1,5 @@
 // Index kernels of the CUDA backend: one_hot, the window argmax of max pooling, and the
-// adjoint pair take / put_add, with the contracts of backends/cpu/cpu_kernels.hpp.
+// adjoint pair take / put_add, with the contracts of backends/common/kernel_list.hpp.
 //
 // Why they are built this way:
 // - take, put_add and one_hot first find the first bad index on the device, as a min-reduction

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/matmul_dims.hpp"
+#include "backends/common/matmul_dims.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/runtime.hpp"
 
@@ -70,20 +70,20 @@ namespace xgrad::cuda
         struct operand
         {
             const void* ptr;
-            cpu::detail::gemm_view view;
+            kernels::detail::gemm_view view;
             long long batch_stride;
         };
 
         operand prepare(const void* src, const std::int64_t* strides, std::int64_t batch, std::int64_t rows,
                         std::int64_t cols, dtype dt, void*& pack)
         {
-            if (const auto v = cpu::detail::gemm_view_of(rows, cols, strides[1], strides[2]))
+            if (const auto v = kernels::detail::gemm_view_of(rows, cols, strides[1], strides[2]))
                 return {src, *v, static_cast<long long>(strides[0])};
             pack = allocate(static_cast<std::size_t>(batch * rows * cols) * itemsize(dt));
             const std::array<std::int64_t, 3> shape{batch, rows, cols};
             const std::array<std::int64_t, 3> packed{rows * cols, cols, 1};
             copy(pack, packed.data(), dt, src, strides, dt, 3, shape.data());
-            return {pack, cpu::detail::gemm_view{false, static_cast<int>(std::max<std::int64_t>(cols, 1))},
+            return {pack, kernels::detail::gemm_view{false, static_cast<int>(std::max<std::int64_t>(cols, 1))},
                     static_cast<long long>(rows * cols)};
         }
 
@@ -136,7 +136,7 @@ namespace xgrad::cuda
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
                 dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
     {
-        cpu::detail::check_matmul_dims(m, n, k);
+        kernels::detail::check_matmul_dims(m, n, k);
         if (batch <= 0 || m == 0 || n == 0)
             return;
         if (dt == dtype::float64)

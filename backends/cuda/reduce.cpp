@@ -1,5 +1,8 @@
-// The CUDA backend's reduction: sum and max over the trailing ndim - n_keep dimensions of a
-// strided x, with the contract of cpu::reduce (backends/cpu/cpu_kernels.hpp).
+// The CUDA backend's reductions: sum and max over the trailing ndim - n_keep dimensions of a
+// strided x, and argmax over the last dimension, with the contracts of reduce_fn and argmax_fn
+// (backends/common/kernel_list.hpp). argmax gives each output row one thread that scans the
+// row in order (so the first maximum or NaN wins, as on the CPU); the rows are many wherever
+// argmax is used (a class per sample), and a lane split would need an index-carrying combine.
 //
 // How it is built, and why:
 // - Layout: the kept dimensions (with out's strides alongside) and the reduced ones are each
@@ -22,7 +25,7 @@
 //   dtype at the end. For float32 that makes each result the float nearest the exact sum up
 //   to a relative 2^-53 * (R / L + log2 L) of sum |x| (under 2^-24 for R < 2^28): the device's
 //   result is at least as accurate as the CPU's float32 block sums, so the two agree within
-//   the CPU's own error bound (backends/cpu/reduce.cpp). Double adds cost nothing here: a sum
+//   the CPU backend's own error bound (its reduce.cpp). Double adds cost nothing here: a sum
 //   reads 4 bytes per add and is bound by memory bandwidth, not by arithmetic (H100/H200 run
 //   float64 adds at half the float32 rate). One consequence: a float32 sum whose partial sums
 //   overflow float but whose total does not (1e38 + 1e38 - 1e38) is finite here and may be inf
@@ -218,5 +221,66 @@ namespace xgrad::cuda
             reduce_impl<float, double>(o, out_strides, in, x_strides, ndim, n_keep, shape, op);
         else
             reduce_impl<float, float>(o, out_strides, in, x_strides, ndim, n_keep, shape, op);
+    }
+
+    namespace reduce_detail
+    {
+        /// Thread k scans output k's row of x for its first maximum (or first NaN).
+        template <class T>
+        struct argmax_kernel
+        {
+            std::int64_t* out;
+            const T* x;
+            nd_index<2> kept; // operand 0: x, operand 1: out
+            std::int64_t extent, stride;
+
+            XGRAD_HD void operator()(std::int64_t k) const
+            {
+                std::int64_t ko[2];
+                kept.offsets(k, ko);
+                const T* row = x + ko[0];
+                T best = row[0];
+                std::int64_t at = 0;
+                if (!(best != best))
+                    for (std::int64_t r = 1; r < extent; ++r)
+                    {
+                        const T v = row[r * stride];
+                        if (v != v)
+                        {
+                            at = r;
+                            break;
+                        }
+                        if (v > best) // strict: a tie keeps the first index
+                        {
+                            best = v;
+                            at = r;
+                        }
+                    }
+                out[ko[1]] = at;
+            }
+        };
+
+        template <class T>
+        void argmax_impl(std::int64_t* out, const std::int64_t* out_strides, const T* x,
+                         const std::int64_t* x_strides, int ndim, const std::int64_t* shape)
+        {
+            const int n_keep = ndim - 1;
+            const auto kept = detail::make_nd_index<2>(n_keep, shape, {x_strides, out_strides});
+            if (kept.numel == 0)
+                return;
+            detail::for_each_index(kept.numel, argmax_kernel<T>{out, x, kept, shape[n_keep], x_strides[n_keep]});
+        }
+    }
+
+    void argmax(std::int64_t* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                dtype dt, int ndim, const std::int64_t* shape)
+    {
+        using reduce_detail::argmax_impl;
+        if (dt == dtype::float64)
+            argmax_impl(out, out_strides, static_cast<const double*>(x), x_strides, ndim, shape);
+        else if (dt == dtype::int64)
+            argmax_impl(out, out_strides, static_cast<const std::int64_t*>(x), x_strides, ndim, shape);
+        else
+            argmax_impl(out, out_strides, static_cast<const float*>(x), x_strides, ndim, shape);
     }
 }

@@ -1,5 +1,5 @@
 // The window kernels of the CUDA backend, unfold2d (im2col) and fold2d (col2im), with the
-// contracts of backends/cpu/cpu_kernels.hpp.
+// contracts of backends/common/kernel_list.hpp.
 //
 // Why they are built this way:
 // - One index per OUTPUT element, and the indices enumerate the output in the order of its
@@ -8,7 +8,7 @@
 //   channel c for the NHWC matrix [N*OH*OW, KH*KW*C], w (or c) for x. Reads are strided but
 //   close together (neighbouring windows read neighbouring input elements).
 // - unfold2d moves bits: elements are copied as unsigned integers of their size, and the pad
-//   value is rounded to the dtype once on the host (cpu::detail::convert, the CPU's rounding).
+//   value is rounded to the dtype once on the host (kernels::detail::convert, the CPU's rounding).
 // - fold2d is a gather, not a scatter: each x element visits the taps (kh, kw) that can read
 //   it, in that order, and sums their cols entries in a private accumulator (float64 for
 //   float64, float32 otherwise), rounded once. That is the order of the CPU reference, so the
@@ -16,7 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cuda/device_loop.hpp"
 
 namespace xgrad::cuda
@@ -134,7 +134,7 @@ namespace xgrad::cuda
                           const window2d_dims& d, double pad_value)
         {
             static_assert(sizeof(T) == sizeof(U));
-            const T pad_t = cpu::detail::convert<T>(pad_value);
+            const T pad_t = kernels::detail::convert<T>(pad_value);
             U pad;
             std::memcpy(&pad, &pad_t, sizeof pad);
             unfold_bits<U>(static_cast<U*>(cols), copy6(cs), static_cast<const U*>(x), copy4(xs), d, pad);

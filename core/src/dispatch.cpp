@@ -1,7 +1,11 @@
+// The dispatch point (dispatch.hpp) and the CUDA runtime queries of the public API.
 #include "dispatch.hpp"
 
 #include <stdexcept>
 #include <string>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/simd_level.hpp"
 
 #ifdef XGRAD_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
@@ -10,38 +14,13 @@
 
 namespace xgrad::detail
 {
-    namespace
-    {
-        constexpr backend_kernels cpu_kernels{
-            &cpu::allocate, &cpu::deallocate, &cpu::copy_to_host, &cpu::copy_from_host,
-            &cpu::fill,     &cpu::copy,       &cpu::unary,        &cpu::binary,
-            &cpu::where,    &cpu::reduce,     &cpu::matmul,       &cpu::one_hot,
-            &cpu::max_pool2d_argmax, &cpu::take, &cpu::put_add,
-            &cpu::unfold2d, &cpu::fold2d,
-            &cpu::bn_moments, &cpu::bn_normalize, &cpu::bn_forward_training, &cpu::bn_grad_reduce,
-            &cpu::bn_grad_apply, &cpu::bn_grad_training,
-            &cpu::bn_grad_inference, &cpu::bn_grad_grad_reduce, &cpu::bn_grad_grad_apply,
-        };
-#ifdef XGRAD_WITH_CUDA
-        // The same table over the CUDA backend; a signature that differs from the CPU's does
-        // not compile here.
-        constexpr backend_kernels cuda_kernels{
-            &cuda::allocate, &cuda::deallocate, &cuda::copy_to_host, &cuda::copy_from_host,
-            &cuda::fill,     &cuda::copy,       &cuda::unary,        &cuda::binary,
-            &cuda::where,    &cuda::reduce,     &cuda::matmul,       &cuda::one_hot,
-            &cuda::max_pool2d_argmax, &cuda::take, &cuda::put_add,
-            &cuda::unfold2d, &cuda::fold2d,
-            &cuda::bn_moments, &cuda::bn_normalize, &cuda::bn_forward_training, &cuda::bn_grad_reduce,
-            &cuda::bn_grad_apply, &cuda::bn_grad_training,
-            &cuda::bn_grad_inference, &cuda::bn_grad_grad_reduce, &cuda::bn_grad_grad_apply,
-        };
-#endif
-    }
-
     const backend_kernels& backend_for(device dev)
     {
+        // The CPU has two tables: the fast kernels, and their single-threaded reference twins.
+        // simd_level::scalar (a debugging switch, and the only level of an XGRAD_SIMD=scalar
+        // build) selects the reference table here, once, so no kernel branches on it.
         if (dev.type == device_type::cpu)
-            return cpu_kernels;
+            return cpu::simd_level_in_use() == cpu::simd_level::scalar ? cpu::reference_kernels() : cpu::fast_kernels();
         if (!cuda_is_built())
             throw std::runtime_error("cannot use device " + to_string(dev) +
                                      ": this build of xgrad has no CUDA support (configure with "
@@ -56,9 +35,9 @@ namespace xgrad::detail
 #ifdef XGRAD_WITH_CUDA
         // Kernels, allocations and copies act on the current device: make it dev's.
         cuda::set_device(dev.index);
-        return cuda_kernels;
+        return cuda::device_kernels();
 #else
-        return cpu_kernels; // not reached: cuda_is_built() is false here
+        return cpu::fast_kernels(); // not reached: cuda_is_built() is false here
 #endif
     }
 }

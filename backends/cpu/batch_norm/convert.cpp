@@ -3,12 +3,12 @@
 // back once. Kept out of kernels.cpp so the F16C calls live with the one concern that uses
 // them. Built with the default flags; the F16C path calls simd::f16_to_f32_f16c /
 // f32_to_f16_f16c of ../simd_avx2.cpp only when use_f16c() (the caller's flag) is true, else
-// backends/cpu/convert.hpp's scalar conversions. (bfloat16 is converted in registers by the SIMD
+// backends/common/convert.hpp's scalar conversions. (bfloat16 is converted in registers by the SIMD
 // functors themselves, simd_impl.hpp.)
 #include <cstdint>
 
+#include "backends/common/convert.hpp"
 #include "backends/cpu/batch_norm/convert.hpp"
-#include "backends/cpu/convert.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 
 namespace xgrad::cpu::bn_detail
@@ -24,7 +24,7 @@ namespace xgrad::cpu::bn_detail
                 d[j] = detail::widen<float>(s[j]);
         }
 
-        /// d[j] = s[j] rounded to float16 (nearest even; backends/cpu/convert.hpp's rules), j < n.
+        /// d[j] = s[j] rounded to float16 (nearest even; backends/common/convert.hpp's rules), j < n.
         void narrow_run(float16_t* d, const float* s, std::int64_t n, bool f16c)
         {
             if (f16c)

@@ -1,4 +1,4 @@
-// The fast batch-norm kernels (batch_norm_kernels.hpp): the nine public kernels, their
+// The fast batch-norm kernels (contracts in backends/common/kernel_list.hpp): the nine public kernels, their
 // per-channel coefficients, and how the one-read kernels cut a tensor into channel blocks. They
 // always run the SIMD code (sse2 or avx2_fma, as simd_call picks); the choice of their
 // xgrad::cpu::reference twins (reference.cpp) at simd_level::scalar is made once, where the
@@ -28,12 +28,12 @@
 #include <vector>
 
 #include "backends/common/batch_norm_coefficients.hpp"
+#include "backends/common/convert.hpp"
 #include "backends/cpu/batch_norm/convert.hpp"
 #include "backends/cpu/batch_norm/plan.hpp"
 #include "backends/cpu/batch_norm/simd.hpp"
 #include "backends/cpu/batch_norm/walk.hpp"
-#include "backends/cpu/batch_norm_kernels.hpp"
-#include "backends/cpu/convert.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/cpu/simd_kernels.hpp"
 #include "xgrad/thread_pool.hpp"

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "backends/common/batch_norm_coefficients.hpp"
-#include "backends/cpu/batch_norm_kernels.hpp"
-#include "backends/cpu/convert.hpp"
+#include "backends/common/convert.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 
 namespace xgrad::cpu::reference
 {

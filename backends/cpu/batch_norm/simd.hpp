@@ -13,7 +13,7 @@
 // pieces before the functors see them, and outputs rounded to 16 bits once, after the functor
 // wrote them as float.
 //
-// Every x-like tensor is [outer, C, inner] (batch_norm_kernels.hpp). The functors see it in
+// Every x-like tensor is [outer, C, inner] (backends/common/kernel_list.hpp). The functors see it in
 // one of two shapes:
 // - "tile" (channels-last and small inner): rows of `cols` consecutive elements, one column per
 //   (channel, inner index) pair; the per-channel values are expanded to per-column arrays, and

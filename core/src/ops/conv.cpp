@@ -8,7 +8,7 @@
 // adds a constant at the padded positions, so it does not change unfold2d's gradient.
 //
 // Both primitives hand the backend kernel the strides of their operands mapped onto the
-// kernel's 6-d cols and 4-d image views (backends/cpu/cpu_kernels.hpp), so strided inputs (a
+// kernel's 6-d cols and 4-d image views (backends/common/kernel_list.hpp), so strided inputs (a
 // channel slice of an NHWC tensor, a transposed gradient, an expanded scalar) need no copy.
 //
 // conv2d records nothing itself. Per group, with K = KH * KW * (C / groups), L = OH * OW:

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "backends/kernels.hpp"
+#include "backends/common/kernels.hpp"
 #include "xgrad/ops/conv.hpp"
 
 namespace xgrad::detail

@@ -1,13 +1,15 @@
 // Reductions. The kernel reduces trailing dimensions, so the forward permutes the input view
 // (no copy) to put the kept axes first and the reduced axes last. Backward: the gradient of a
 // sum is the incoming gradient broadcast back (reshape to keepdim + expand); max routes it to
-// the elements equal to the maximum, shared among ties.
+// the elements equal to the maximum, shared among ties. argmax has its own kernel over the last
+// dimension (the same permutation puts `dim` there) and records nothing.
 #include "xgrad/ops/reduce.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 #include "../detail.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -121,6 +123,46 @@ namespace xgrad
                    return std::vector<tensor>{mul(expand(gk, x.shape()), div(hit, expand(ties, x.shape())))};
                });
         return y;
+    }
+
+    tensor argmax(const tensor& x, std::int64_t dim, bool keepdim)
+    {
+        if (!x.defined())
+            throw xgrad::invalid_argument("argmax: the input tensor is undefined");
+        if (x.dim() == 0) // one element: index 0 (dim must be -1 or 0, as for a 1-d tensor)
+        {
+            (void)detail::normalize_dim(dim, 1, "argmax", x.shape());
+            const tensor y = argmax(detail::alias(x, {1}, {1}, x.offset()), 0, false);
+            return detail::alias(y, {}, {}, 0);
+        }
+        const std::int64_t d = detail::normalize_dim(dim, x.dim(), "argmax", x.shape());
+        const auto du = static_cast<std::size_t>(d);
+        if (x.shape()[du] == 0)
+            throw xgrad::invalid_argument("argmax: cannot take the argmax over dim " + std::to_string(dim) +
+                                          " of extent 0 in a tensor of shape " + shape_to_string(x.shape()));
+        // float16/bfloat16 widen exactly to float32 (order and NaN kept); int64 stays as it is.
+        const dtype kdt = x.dtype() == dtype::int64 ? dtype::int64 : compute_dtype(x.dtype());
+        const tensor xc = detail::raw_cast(x, kdt);
+        shape_type shape, kept;
+        strides_type strides;
+        for (std::size_t i = 0; i < xc.shape().size(); ++i)
+            if (i != du)
+            {
+                shape.push_back(xc.shape()[i]);
+                strides.push_back(xc.strides()[i]);
+                kept.push_back(xc.shape()[i]);
+            }
+        shape.push_back(xc.shape()[du]);
+        strides.push_back(xc.strides()[du]);
+        tensor out = detail::empty(kept, dtype::int64, x.device());
+        detail::backend_for(x.device())
+            .argmax(static_cast<std::int64_t*>(out.data_ptr()), out.strides().data(), xc.data_ptr(), strides.data(),
+                    kdt, static_cast<int>(shape.size()), shape.data());
+        if (!keepdim)
+            return out;
+        shape_type ks = x.shape();
+        ks[du] = 1;
+        return detail::alias(out, ks, contiguous_strides(ks), 0);
     }
 
     tensor sum_to(const tensor& x, const shape_type& shape)

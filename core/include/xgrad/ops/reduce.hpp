@@ -18,6 +18,12 @@ namespace xgrad
     /// equally between them (the subgradient that keeps max symmetric). Reducing an axis of
     /// extent 0 throws.
     tensor max(const tensor& x, const axes_type& axes = {}, bool keepdim = false);
+    /// The index of the maximum of x along `dim` (negative counts from the end), as int64, with
+    /// `dim` kept as extent 1 when keepdim. Where several elements tie, the first wins; a NaN
+    /// counts as the maximum (the first NaN wins), as in torch.argmax. Any dtype; a 0-d x gives
+    /// 0. Not differentiable: the result never requires grad. Throws xgrad::invalid_argument
+    /// when x is undefined, `dim` is out of range, or x's extent along `dim` is 0.
+    tensor argmax(const tensor& x, std::int64_t dim = -1, bool keepdim = false);
     /// Sums x down to `shape`, the inverse of broadcasting (x's shape must broadcast from it).
     tensor sum_to(const tensor& x, const shape_type& shape);
 }

@@ -1,8 +1,8 @@
 #pragma once
-// The kernel set every backend implements, with identical signatures in `xgrad::cpu` and (later)
-// `xgrad::cuda`. This header holds the shared vocabulary (op codes) and the contract; each
-// backend declares the same free functions in its own namespace (backends/cpu/cpu_kernels.hpp),
-// and core/src/dispatch.cpp is the one place that picks a backend for a device.
+// The vocabulary every backend shares: the op codes and the window geometry, and the contract
+// every kernel keeps. The kernels themselves, their signatures and their own contracts are in
+// backends/common/kernel_list.hpp; each backend declares them from that list in its own
+// namespace, and core/src/dispatch.cpp is the one place that picks a backend for a device.
 //
 // Contract shared by every kernel:
 // - Outputs come first, then inputs, then sizes. Pointers point at element 0 of a (possibly
@@ -23,41 +23,47 @@
 //   without converting them; fold2d sums 16-bit values in float32 and rounds once.
 #include <cstdint>
 
+/// The op codes of the elementwise and reduction kernels, each list X(name) in enum order. A
+/// new op code joins its list here, gets its formula in backends/common/op_math.hpp, and its
+/// row in the tests' op table (tests/op_cases.hpp), which a test checks against these lists.
+/// Unary: neg -x; exp e^x; log ln x; sqrt; rsqrt 1/sqrt(x); abs |x|; relu max(x, 0) with
+/// relu(NaN) = NaN; sigmoid 1/(1+e^-x), without overflow for large |x|; tanh.
+#define XGRAD_UNARY_OPS(X) X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(relu) X(sigmoid) X(tanh)
+/// Binary: add, sub, mul, div; pow a^b as std::pow; comparisons give 1 or 0 in the operand dtype.
+#define XGRAD_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+/// Reductions: sum (of an empty range: 0); max (propagates NaN; the ops layer rejects empty
+/// ranges).
+#define XGRAD_REDUCE_OPS(X) X(sum) X(max)
+
 namespace xgrad::kernels
 {
+#define XGRAD_OP_ENUMERATOR(name) name,
+#define XGRAD_OP_ONE(name) +1
     enum class unary_op : std::uint8_t
     {
-        neg,     // -x
-        exp,     // e^x
-        log,     // ln x
-        sqrt,    // sqrt(x)
-        rsqrt,   // 1/sqrt(x)
-        abs,     // |x|
-        relu,    // max(x, 0)   (relu(NaN) = NaN)
-        sigmoid, // 1/(1+e^-x), computed without overflow for large |x|
-        tanh     // tanh x
+        XGRAD_UNARY_OPS(XGRAD_OP_ENUMERATOR)
     };
-
     enum class binary_op : std::uint8_t
     {
-        add,
-        sub,
-        mul,
-        div,
-        pow, // a^b, as std::pow
-        eq,  // comparisons produce 1 or 0 in the operand dtype
-        ne,
-        lt,
-        le,
-        gt,
-        ge
+        XGRAD_BINARY_OPS(XGRAD_OP_ENUMERATOR)
     };
-
     enum class reduce_op : std::uint8_t
     {
-        sum, // sum of an empty range is 0
-        max  // max propagates NaN; the ops layer rejects empty ranges
+        XGRAD_REDUCE_OPS(XGRAD_OP_ENUMERATOR)
     };
+    /// How many op codes each list has (op codes are 0 .. count - 1).
+    constexpr int unary_op_count = 0 XGRAD_UNARY_OPS(XGRAD_OP_ONE);
+    constexpr int binary_op_count = 0 XGRAD_BINARY_OPS(XGRAD_OP_ONE);
+    constexpr int reduce_op_count = 0 XGRAD_REDUCE_OPS(XGRAD_OP_ONE);
+#undef XGRAD_OP_ONE
+#undef XGRAD_OP_ENUMERATOR
+
+#define XGRAD_OP_NAME(name) #name,
+    /// The op codes' names, indexed by op code.
+    constexpr const char* unary_op_names[] = {XGRAD_UNARY_OPS(XGRAD_OP_NAME)};
+    constexpr const char* binary_op_names[] = {XGRAD_BINARY_OPS(XGRAD_OP_NAME)};
+    constexpr const char* reduce_op_names[] = {XGRAD_REDUCE_OPS(XGRAD_OP_NAME)};
+#undef XGRAD_OP_NAME
 
     /// The geometry of a 2-D sliding window over an [n, c, h, w] input (unfold2d, fold2d).
     /// Window (oh, ow), tap (kh, kw) reads input row oh * sh - ph + kh * dh and column

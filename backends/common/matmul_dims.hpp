@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace xgrad::cpu::detail
+namespace xgrad::kernels::detail
 {
     /// Throws std::invalid_argument unless m, n and k fit the int dimensions of BLAS.
     inline void check_matmul_dims(std::int64_t m, std::int64_t n, std::int64_t k)
@@ -49,4 +49,10 @@ namespace xgrad::cpu::detail
         }
         return std::nullopt;
     }
+}
+
+namespace xgrad::cpu::detail
+{
+    // The CPU backend's code names these detail::... from inside xgrad::cpu.
+    using namespace ::xgrad::kernels::detail;
 }

@@ -1,6 +1,7 @@
 #pragma once
-// Internal to the CPU backend: the N-d layout walking that the fast kernels share
-// (elementwise.cpp, reduce.cpp, copy_fill.cpp).
+// Internal to the backends: the N-d layout walking that the CPU's fast kernels share
+// (elementwise.cpp, reduce.cpp, copy_fill.cpp) and the CUDA backend's index normalisation
+// (device_loop.hpp) starts from.
 //
 // A fast kernel first normalises the layout of its operands: drop size-1 dimensions, order the
 // rest by operand 0's strides, and merge dimensions that are contiguous for every operand
@@ -14,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace xgrad::cpu::detail
+namespace xgrad::kernels::detail
 {
     /// The index space of N operands of one shape, normalised: no size-1 dimensions,
     /// ordered by operand 0's strides (largest first), adjacent dimensions merged when they
@@ -183,4 +184,10 @@ namespace xgrad::cpu::detail
         c.seek(begin);
         c.walk(end - begin, [&](const auto& off, std::int64_t n) { run(off, strides, n); });
     }
+}
+
+namespace xgrad::cpu::detail
+{
+    // The CPU backend's code names these detail::... from inside xgrad::cpu.
+    using namespace ::xgrad::kernels::detail;
 }

@@ -1,12 +1,12 @@
 #pragma once
-// The formula of every unary and binary op code (backends/kernels.hpp), written once for the
+// The formula of every unary and binary op code (backends/common/kernels.hpp), written once for the
 // backends' element-at-a-time paths: the CPU reference kernels (backends/cpu/reference.cpp) and
 // the CUDA kernels (backends/cuda/elementwise.cpp, which compile them for the device), so both
 // evaluate the same expression. The CPU's SIMD kernels have vector forms of their own, tested
 // against the reference.
 #include <cmath>
 
-#include "backends/kernels.hpp"
+#include "backends/common/kernels.hpp"
 #include "xgrad/dtype.hpp"
 #include "xgrad/half.hpp" // XGRAD_HOST_DEVICE
 

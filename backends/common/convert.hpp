@@ -1,6 +1,7 @@
 #pragma once
-// Internal to the CPU backend: element conversions between the five dtypes, used by copy,
-// fill and one_hot (fast and reference alike; the tests check them against known values).
+// Internal to the backends: element conversions between the five dtypes, used by copy, fill
+// and one_hot of the CPU (fast and reference alike) and of the CUDA backend; the tests check
+// them against known values.
 //
 // - float -> float16/bfloat16: one correctly rounded step (round to nearest even), through
 //   xgrad/half.hpp; float64 sources use its double overloads, so nothing rounds twice.
@@ -23,7 +24,7 @@
 #include "xgrad/dtype.hpp"
 #include "xgrad/half.hpp"
 
-namespace xgrad::cpu::detail
+namespace xgrad::kernels::detail
 {
     /// Calls f(T{}) with T the C++ element type of dt.
     template <class F>
@@ -126,4 +127,10 @@ namespace xgrad::cpu::detail
                 return round(widen<float>(v));
         }
     }
+}
+
+namespace xgrad::cpu::detail
+{
+    // The CPU backend's code names these detail::... from inside xgrad::cpu.
+    using namespace ::xgrad::kernels::detail;
 }
