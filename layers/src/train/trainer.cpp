@@ -24,13 +24,6 @@ namespace xgrad::train
             s << std::fixed << std::setprecision(digits) << v;
             return s.str();
         }
-
-        /// A progress bar that draws into nothing when there is no log.
-        std::ostream& null_stream()
-        {
-            static std::ostream sink(nullptr);
-            return sink;
-        }
     }
 
     trainer::trainer(nn::module& model, optim::optimizer& optimizer, data::data_loader& train_loader,
@@ -76,7 +69,8 @@ namespace xgrad::train
         const size_type steps = m_loader.batches_per_epoch();
         m_model.train();
         m_loader.start_epoch(epoch);
-        std::ostream& log = m_options.log ? *m_options.log : null_stream();
+        std::ostream discard(nullptr); // without a log the bar draws into nothing
+        std::ostream& log = m_options.log ? *m_options.log : discard;
         progress_bar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(m_options.epochs),
                          static_cast<std::size_t>(steps), log, m_options.log_is_terminal);
         double loss_sum = 0;
