@@ -177,7 +177,8 @@ namespace
             xgrad::set_num_threads(c.threads);
         const xgrad::device dev = xgrad::parse_device(c.device);
 
-        const auto train_data = std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, true, c.limit));
+        const auto train_data =
+            std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, true, c.limit));
         const auto test_data =
             std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, false, c.test_limit));
         xgrad::generator gen(c.seed);

@@ -68,7 +68,8 @@ namespace fashion_run
     {
         using namespace xgrad;
         const device dev = parse_device(c.device);
-        const auto train_data = std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, true, c.limit));
+        const auto train_data =
+            std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, true, c.limit));
         const auto test_data =
             std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, false, c.test_limit));
         generator gen(c.seed);

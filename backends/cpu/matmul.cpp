@@ -10,6 +10,7 @@
 // work, so none spins, whatever the environment says.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -73,8 +74,8 @@ namespace xgrad::cpu
             cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
         }
 
-        void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda, const double* b,
-                  int ldb, double* c, int ldc)
+        void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
+                  const double* b, int ldb, double* c, int ldc)
         {
             cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
         }
@@ -139,25 +140,30 @@ namespace xgrad::cpu
                                       operand(b + p * b_strides[0], k, n, b_strides[1], b_strides[2], view_b, pack_b));
             };
             const std::int64_t threads = get_num_threads();
-            const std::int64_t work = batch * mn * k; // no overflow: each of m, n, k <= INT_MAX, and out holds batch * mn
-            if (threads == 1 || work < parallel_work || batch >= threads)
+            // Work in multiply-adds, in double: batch * m * n * k can pass 2^63.
+            const double product_work = static_cast<double>(mn) * static_cast<double>(k);
+            const bool is_small = static_cast<double>(batch) * product_work < static_cast<double>(parallel_work);
+            const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+            if (threads == 1 || is_small || batch >= threads)
             {
-                // Whole products; parallel_for runs them inline when the work is small (grain).
-                const std::int64_t min_batches = std::max<std::int64_t>(1, parallel_work / std::max<std::int64_t>(1, mn * k));
-                parallel_for(0, batch, work < parallel_work ? batch : min_batches, [&](std::int64_t begin, std::int64_t end) {
+                // Whole products, at least parallel_work of them a chunk (all inline when small).
+                const auto min_batches = static_cast<std::int64_t>(
+                    std::ceil(static_cast<double>(parallel_work) / std::max(1.0, product_work)));
+                parallel_for(0, batch, is_small ? batch : min_batches, [&](std::int64_t begin, std::int64_t end) {
                     std::vector<T> pack_a, pack_b;
                     for (std::int64_t p = begin; p < end; ++p)
                     {
                         const auto [oa, ob] = product(p, pack_a, pack_b);
-                        gemm(oa.view.trans, ob.view.trans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                             oa.data, oa.view.ld, ob.data, ob.view.ld, out + p * mn, static_cast<int>(n));
+                        gemm(oa.view.trans, ob.view.trans, im, in, ik, oa.data, oa.view.ld, ob.data, ob.view.ld,
+                             out + p * mn, in);
                     }
                 });
                 return;
             }
             const bool split_rows = m >= n;
             const std::int64_t extent = split_rows ? m : n;
-            const std::int64_t min_block = std::max<std::int64_t>(1, block_work / std::max<std::int64_t>(1, (split_rows ? n : m) * k));
+            const double line_work = static_cast<double>(split_rows ? n : m) * static_cast<double>(k);
+            const auto min_block = static_cast<std::int64_t>(std::ceil(static_cast<double>(block_work) / line_work));
             std::vector<T> pack_a, pack_b;
             for (std::int64_t p = 0; p < batch; ++p)
             {
@@ -166,12 +172,11 @@ namespace xgrad::cpu
                 parallel_for(0, extent, min_block, [&, oa = oa, ob = ob](std::int64_t begin, std::int64_t end) {
                     const int size = static_cast<int>(end - begin);
                     if (split_rows)
-                        gemm(oa.view.trans, ob.view.trans, size, static_cast<int>(n), static_cast<int>(k),
-                             oa.data + begin * oa.row_step, oa.view.ld, ob.data, ob.view.ld, c + begin * n,
-                             static_cast<int>(n));
+                        gemm(oa.view.trans, ob.view.trans, size, in, ik, oa.data + begin * oa.row_step, oa.view.ld,
+                             ob.data, ob.view.ld, c + begin * n, in);
                     else
-                        gemm(oa.view.trans, ob.view.trans, static_cast<int>(m), size, static_cast<int>(k), oa.data,
-                             oa.view.ld, ob.data + begin * ob.col_step, ob.view.ld, c + begin, static_cast<int>(n));
+                        gemm(oa.view.trans, ob.view.trans, im, size, ik, oa.data, oa.view.ld,
+                             ob.data + begin * ob.col_step, ob.view.ld, c + begin, in);
                 });
             }
         }

@@ -43,7 +43,8 @@ namespace xgrad::train
         if (classes < 1)
             throw xgrad::invalid_argument("classifier_tally: classes must be at least 1, got " +
                                           std::to_string(classes));
-        m_confusion.assign(static_cast<std::size_t>(classes), std::vector<count_type>(static_cast<std::size_t>(classes), 0));
+        const auto n = static_cast<std::size_t>(classes);
+        m_confusion.assign(n, std::vector<count_type>(n, 0));
     }
 
     void classifier_tally::check_shapes(const tensor& logits, const tensor& labels) const

@@ -31,7 +31,8 @@ namespace xgrad::train
         : m_model(model), m_optimizer(optimizer), m_loader(train_loader), m_options(std::move(options))
     {
         if (m_options.epochs < 1)
-            throw xgrad::invalid_argument("trainer: epochs must be at least 1, got " + std::to_string(m_options.epochs));
+            throw xgrad::invalid_argument("trainer: epochs must be at least 1, got " +
+                                          std::to_string(m_options.epochs));
         if (m_options.test_batch_size < 1)
             throw xgrad::invalid_argument("trainer: test_batch_size must be at least 1, got " +
                                           std::to_string(m_options.test_batch_size));
