@@ -3,8 +3,11 @@
 // within float tolerance of the losses).
 #include "tests/cuda_test_helpers.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <sstream>
+#include <string>
 
 #include "tests/fashion_run_helpers.hpp"
 #include "xgrad/data/idx.hpp"
@@ -21,7 +24,8 @@ TEST_CASE("the Fashion-MNIST training run runs on cuda:0 and matches the CPU run
                                                      << " (Debian package dataset-fashion-mnist): skipped");
         return;
     }
-    const fs::path out = fs::temp_directory_path() / "xgrad_test_cuda_training";
+    // The process id keeps concurrent runs of the test (other build folders) out of each other's files.
+    const fs::path out = fs::temp_directory_path() / ("xgrad_test_cuda_training_" + std::to_string(::getpid()));
     fs::remove_all(out);
     const auto run = [&](const std::string& dev, const std::string& format) {
         fashion_run::config c;
