@@ -11,7 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "common/training.hpp"
+#include "common/fashion_model.hpp"
+#include "xgrad/train/evaluate.hpp"
 
 namespace
 {
@@ -37,7 +38,6 @@ namespace
 
 int main(int argc, char** argv)
 {
-    xgrad::examples::restart_with_short_blas_spin(argv);
     std::string checkpoint, data_dir = xgrad::data::default_fashion_mnist_dir, device = "cpu";
     int threads = 0;
     std::int64_t limit = 0;
@@ -84,7 +84,10 @@ int main(int argc, char** argv)
         model->to(dev);
         const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
         const auto test = std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(data_dir, false, limit));
-        const auto ev = xgrad::examples::evaluate(*model, test, fmt->second, dev);
+        xgrad::train::evaluate_options eo;
+        eo.device = dev;
+        eo.data_format = fmt->second;
+        const auto ev = xgrad::train::evaluate_classifier(*model, test, eo);
 
         std::cout << "checkpoint: " << checkpoint << " (epoch " << info.epoch << ", " << fmt->second << ")\n"
                   << "test images: " << test->size << "\n"

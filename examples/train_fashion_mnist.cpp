@@ -10,17 +10,43 @@
 // (loss and accuracy per epoch) and checkpoint_epoch_<n>.safetensors after every epoch.
 // --resume continues a run from one of its checkpoints exactly where it stopped. The last
 // line is a machine-readable summary (bench/train_compare reads it).
+//
+// The program is the model (common/fashion_model.hpp), its command line, and the library's
+// training loop (xgrad/train/trainer.hpp) set up from it.
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
-#include "common/training.hpp"
+#include "common/fashion_model.hpp"
+#include "xgrad/train.hpp"
 
 namespace
 {
+    struct train_config
+    {
+        std::int64_t epochs = 2;
+        std::int64_t batch_size = 64;
+        double lr = 2e-3;
+        std::string optimizer = "adamw";
+        std::string schedule = "cosine"; // over the whole run, per step
+        int threads = 0;                 // 0: xgrad's default
+        std::string device = "cpu";
+        std::filesystem::path data_dir = xgrad::data::default_fashion_mnist_dir;
+        std::uint64_t seed = 0;
+        std::filesystem::path out = "fashion_mnist_run";
+        std::filesystem::path resume;    // empty: start from scratch
+        std::string data_format = "NCHW";
+        std::int64_t limit = 0;          // > 0: train on the first `limit` images only
+        std::int64_t test_limit = 0;     // > 0: evaluate on the first `test_limit` test images
+        bool prefetch = true;
+    };
+
     const char* usage_text =
         "usage: train_fashion_mnist [options]\n"
         "  --epochs N          epochs to train (default 2)\n"
@@ -75,9 +101,9 @@ namespace
         usage_error(flag + " expects a number, got '" + v + "'");
     }
 
-    xgrad::examples::train_config parse(int argc, char** argv)
+    train_config parse(int argc, char** argv)
     {
-        xgrad::examples::train_config c;
+        train_config c;
         for (int i = 1; i < argc; ++i)
         {
             std::string flag = argv[i], value;
@@ -125,15 +151,85 @@ namespace
         }
         return c;
     }
+
+    std::string fixed(double v, int digits)
+    {
+        std::ostringstream s;
+        s << std::fixed << std::setprecision(digits) << v;
+        return s.str();
+    }
+
+    /// The run as configured: a pure function of the config (weights from generator(seed),
+    /// each epoch's batch order from (seed, epoch), the learning rate from the global step),
+    /// so --resume continues it exactly. Throws on bad settings, data or checkpoint.
+    xgrad::train::fit_result train(const train_config& c, std::ostream& log, bool log_is_terminal)
+    {
+        namespace data = xgrad::data;
+        if (c.epochs < 1)
+            throw xgrad::invalid_argument("--epochs must be at least 1, got " + std::to_string(c.epochs));
+        if (c.batch_size < 1)
+            throw xgrad::invalid_argument("--batch-size must be at least 1, got " + std::to_string(c.batch_size));
+        if (!(c.lr > 0))
+            throw xgrad::invalid_argument("--lr must be positive, got " + std::to_string(c.lr));
+        if (c.data_format != "NCHW" && c.data_format != "NHWC")
+            throw xgrad::invalid_argument("--format must be NCHW or NHWC, got " + c.data_format);
+        if (c.threads > 0)
+            xgrad::set_num_threads(c.threads);
+        const xgrad::device dev = xgrad::parse_device(c.device);
+
+        const auto train_data =
+            std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, true, c.limit));
+        const auto test_data =
+            std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, false, c.test_limit));
+        xgrad::generator gen(c.seed);
+        auto model = xgrad::examples::make_fashion_model(c.data_format, gen);
+        model->to(dev);
+        auto opt = xgrad::optim::make_optimizer(c.optimizer, *model, c.lr);
+        data::loader_options lo;
+        lo.batch_size = c.batch_size;
+        lo.shuffle = true;
+        lo.seed = c.seed;
+        lo.data_format = c.data_format;
+        lo.prefetch = c.prefetch;
+        data::data_loader loader(train_data, lo);
+        const auto schedule = xgrad::optim::make_schedule(c.schedule, c.lr, c.epochs * loader.batches_per_epoch());
+
+        xgrad::train::trainer_options o;
+        o.epochs = c.epochs;
+        o.device = dev;
+        o.out = c.out;
+        o.schedule = schedule.get();
+        o.test_data = test_data;
+        o.log = &log;
+        o.log_is_terminal = log_is_terminal;
+        o.plot_title = "xgrad: Fashion-MNIST CNN (" + c.data_format + ", " + std::string(opt->type_name()) +
+                       ", batch " + std::to_string(c.batch_size) + ")";
+        // What a checkpoint must agree on to continue this run exactly.
+        o.run_metadata = {{"data_format", c.data_format}, {"seed", std::to_string(c.seed)},
+                          {"batch_size", std::to_string(c.batch_size)}, {"lr", fixed(c.lr, 10)},
+                          {"schedule", c.schedule}, {"epochs", std::to_string(c.epochs)},
+                          {"limit", std::to_string(c.limit)}};
+        xgrad::train::trainer t(*model, *opt, loader, o);
+        if (!c.resume.empty())
+        {
+            const auto info = t.resume(c.resume);
+            log << "resumed from " << c.resume.string() << " after epoch " << info.epoch << "\n";
+        }
+        log << "model: " << model->describe() << "\n"
+            << "parameters: " << xgrad::nn::count_parameters(*model) << ", training images: " << train_data->size
+            << ", test images: " << test_data->size << ", batch size: " << c.batch_size << ", optimizer: "
+            << opt->type_name() << " (lr " << c.lr << ", " << c.schedule << "), threads: " << xgrad::get_num_threads()
+            << ", format: " << c.data_format << ", device: " << to_string(dev) << "\n";
+        return t.fit();
+    }
 }
 
 int main(int argc, char** argv)
 {
-    xgrad::examples::restart_with_short_blas_spin(argv);
-    const xgrad::examples::train_config config = parse(argc, argv);
+    const train_config config = parse(argc, argv);
     try
     {
-        const auto r = xgrad::examples::train(config, std::cout, isatty(STDOUT_FILENO) != 0);
+        const auto r = train(config, std::cout, isatty(STDOUT_FILENO) != 0);
         const auto& last = r.metrics.back();
         std::cout << "\ntest accuracy after " << last.epoch << " epochs: " << 100.0 * last.test_accuracy << "%\n"
                   << "metrics (CSV):   " << r.csv.string() << "\n"

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/train/evaluate.hpp>
 #include <xgrad/xgrad.hpp>
 
 using namespace xgrad;
@@ -119,16 +120,6 @@ namespace
             return matmul(h, params[4]) + params[5];
         }
     };
-
-    double accuracy(const tensor& logits, const tensor& labels)
-    {
-        const auto l = to_vector(logits);
-        const auto y = to_vector(labels);
-        std::int64_t right = 0;
-        for (std::size_t i = 0; i < y.size(); ++i)
-            right += ((l[2 * i + 1] > l[2 * i]) ? 1.0 : 0.0) == y[i];
-        return static_cast<double>(right) / static_cast<double>(y.size());
-    }
 }
 
 int main(int argc, char** argv)
@@ -168,7 +159,7 @@ int main(int argc, char** argv)
                 no_grad guard;
                 const tensor test_logits = model.forward(x_test);
                 std::printf("epoch %4d  train loss %.4f  test loss %.4f  test accuracy %.1f%%\n", epoch, loss.item(),
-                            cross_entropy(test_logits, y_test).item(), 100 * accuracy(test_logits, y_test));
+                            cross_entropy(test_logits, y_test).item(), 100 * train::accuracy(test_logits, y_test));
             }
         }
 

@@ -1,17 +1,21 @@
-// The training example's loop on the device: examples/common's train() with device "cuda"
-// learns as it does on the CPU (the same run, within float tolerance of the losses).
+// The library's training loop on the device: the Fashion-MNIST run of
+// tests/fashion_run_helpers.hpp with device "cuda" learns as it does on the CPU (the same run,
+// within float tolerance of the losses).
 #include "tests/cuda_test_helpers.hpp"
+
+#include <unistd.h>
 
 #include <filesystem>
 #include <sstream>
+#include <string>
 
-#include "examples/common/training.hpp"
+#include "tests/fashion_run_helpers.hpp"
 #include "xgrad/data/idx.hpp"
 
 namespace fs = std::filesystem;
 using namespace cuda_test;
 
-TEST_CASE("train_fashion_mnist's loop runs on cuda:0 and matches the CPU run")
+TEST_CASE("the Fashion-MNIST training run runs on cuda:0 and matches the CPU run")
 {
     const fs::path data_dir = xgrad::data::default_fashion_mnist_dir;
     if (!fs::exists(data_dir / "train-images-idx3-ubyte.gz"))
@@ -20,10 +24,11 @@ TEST_CASE("train_fashion_mnist's loop runs on cuda:0 and matches the CPU run")
                                                      << " (Debian package dataset-fashion-mnist): skipped");
         return;
     }
-    const fs::path out = fs::temp_directory_path() / "xgrad_test_cuda_training";
+    // The process id keeps concurrent runs of the test (other build folders) out of each other's files.
+    const fs::path out = fs::temp_directory_path() / ("xgrad_test_cuda_training_" + std::to_string(::getpid()));
     fs::remove_all(out);
     const auto run = [&](const std::string& dev, const std::string& format) {
-        examples::train_config c;
+        fashion_run::config c;
         c.data_dir = data_dir;
         c.out = out / (dev + format);
         c.epochs = 1;
@@ -34,7 +39,7 @@ TEST_CASE("train_fashion_mnist's loop runs on cuda:0 and matches the CPU run")
         c.device = dev;
         c.data_format = format;
         std::ostringstream log;
-        return examples::train(c, log, false);
+        return fashion_run::run(c, log);
     };
     for (const std::string format : {"NCHW", "NHWC"})
     {

@@ -1,7 +1,7 @@
-// The example programs' progress bar (terminal and log output, driven by an injected clock),
+// xgrad::train's progress bar (terminal and log output, driven by an injected clock),
 // duration formatting, the SVG chart of metrics and the CSV metrics log.
-#include "common/plot.hpp"
-#include "common/progress.hpp"
+#include "xgrad/train/metrics.hpp"
+#include "xgrad/train/progress.hpp"
 #include "tests/check_error.hpp"
 
 #include <doctest/doctest.h>
@@ -17,7 +17,7 @@
 #include <vector>
 
 namespace fs = std::filesystem;
-using namespace xgrad::examples;
+using namespace xgrad::train;
 
 namespace
 {

@@ -1,6 +1,7 @@
-// Whole training runs of the Fashion-MNIST example's code (examples/common/training.cpp): the
-// loss falls on a small slice of the data, a run resumed from a checkpoint computes exactly
-// what the uninterrupted run computes, and checkpoints of other runs are refused.
+// Whole training runs through the library's trainer (xgrad/train/trainer.hpp), set up as the
+// Fashion-MNIST example sets it up (tests/fashion_run_helpers.hpp): the loss falls on a small
+// slice of the data, a run resumed from a checkpoint computes exactly what the uninterrupted
+// run computes, and checkpoints of other runs are refused.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -12,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/training.hpp"
+#include "tests/fashion_run_helpers.hpp"
 #include "xgrad/xgrad.hpp"
 
 namespace fs = std::filesystem;
@@ -72,9 +73,9 @@ namespace
         return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     }
 
-    examples::train_config small_config(const fs::path& data_dir, const fs::path& out)
+    fashion_run::config small_config(const fs::path& data_dir, const fs::path& out)
     {
-        examples::train_config c;
+        fashion_run::config c;
         c.data_dir = data_dir;
         c.out = out;
         c.epochs = 2;
@@ -98,12 +99,12 @@ TEST_CASE("training on a small slice of Fashion-MNIST lowers the loss")
         fs::create_directories(data_dir);
         write_synthetic_mnist(data_dir, 1024, 200);
     }
-    examples::train_config c = small_config(data_dir, tmp.path / "run");
+    fashion_run::config c = small_config(data_dir, tmp.path / "run");
     c.epochs = 3;
     c.limit = 1024;
     c.test_limit = 500;
     std::ostringstream log;
-    const auto r = examples::train(c, log, false);
+    const auto r = fashion_run::run(c, log);
 
     REQUIRE(r.metrics.size() == 3);
     // The first epoch's mean loss includes the untrained start (about ln 10 = 2.30); two more
@@ -119,12 +120,12 @@ TEST_CASE("training on a small slice of Fashion-MNIST lowers the loss")
         CHECK(std::isfinite(m.train_loss));
         CHECK(m.seconds > 0);
     }
-    // Everything the example promises is on disk.
+    // Everything the trainer promises is on disk.
     CHECK(fs::exists(r.csv));
     CHECK(fs::exists(r.plot));
     for (int e = 1; e <= 3; ++e)
-        CHECK(fs::exists(examples::checkpoint_path(c.out, e)));
-    CHECK(examples::read_metrics_csv(r.csv).size() == 3);
+        CHECK(fs::exists(train::checkpoint_path(c.out, e)));
+    CHECK(train::read_metrics_csv(r.csv).size() == 3);
     // Non-terminal output is plain lines: no carriage returns.
     CHECK(log.str().find('\r') == std::string::npos);
     CHECK(log.str().find("epoch 3/3") != std::string::npos);
@@ -142,22 +143,22 @@ TEST_CASE("a run resumed from its epoch-1 checkpoint equals the uninterrupted ru
         {
             CAPTURE(format);
             CAPTURE(optimizer);
-            examples::train_config whole = small_config(data_dir, tmp.path / ("whole_" + format + optimizer));
+            fashion_run::config whole = small_config(data_dir, tmp.path / ("whole_" + format + optimizer));
             whole.data_format = format;
             whole.optimizer = optimizer;
             std::ostringstream log;
-            const auto a = examples::train(whole, log, false);
+            const auto a = fashion_run::run(whole, log);
 
-            examples::train_config resumed = whole;
+            fashion_run::config resumed = whole;
             resumed.out = tmp.path / ("resumed_" + format + optimizer);
-            resumed.resume = examples::checkpoint_path(whole.out, 1);
-            const auto b = examples::train(resumed, log, false);
+            resumed.resume = train::checkpoint_path(whole.out, 1);
+            const auto b = fashion_run::run(resumed, log);
 
             CHECK(b.first_epoch == 1);
             // The final checkpoints hold every parameter, buffer (running statistics) and
             // optimiser state entry, and the same metadata: equal bytes mean equal state.
-            const std::string final_a = file_bytes(examples::checkpoint_path(whole.out, 2));
-            const std::string final_b = file_bytes(examples::checkpoint_path(resumed.out, 2));
+            const std::string final_a = file_bytes(train::checkpoint_path(whole.out, 2));
+            const std::string final_b = file_bytes(train::checkpoint_path(resumed.out, 2));
             CHECK(final_a.size() == final_b.size());
             CHECK_MESSAGE(final_a == final_b, "the resumed run's final state differs from the uninterrupted run's");
             REQUIRE(b.metrics.size() == 1); // no metrics.csv in the new folder: only its own epoch
@@ -172,18 +173,18 @@ TEST_CASE("resuming refuses a checkpoint of a run with other settings, or a brok
     const fs::path data_dir = tmp.path / "data";
     fs::create_directories(data_dir);
     write_synthetic_mnist(data_dir, 64, 32);
-    examples::train_config c = small_config(data_dir, tmp.path / "run");
+    fashion_run::config c = small_config(data_dir, tmp.path / "run");
     c.epochs = 1;
     c.limit = 64;
     c.test_limit = 32;
     std::ostringstream log;
-    examples::train(c, log, false);
-    const fs::path ckpt = examples::checkpoint_path(c.out, 1);
+    fashion_run::run(c, log);
+    const fs::path ckpt = train::checkpoint_path(c.out, 1);
 
-    const auto message_of = [&](examples::train_config cfg) {
+    const auto message_of = [&](fashion_run::config cfg) {
         try
         {
-            examples::train(cfg, log, false);
+            fashion_run::run(cfg, log);
         }
         catch (const std::exception& e)
         {
@@ -192,7 +193,7 @@ TEST_CASE("resuming refuses a checkpoint of a run with other settings, or a brok
         return std::string("(no error)");
     };
 
-    examples::train_config other = c;
+    fashion_run::config other = c;
     other.resume = ckpt;
     other.out = tmp.path / "other";
     other.epochs = 2; // the schedule spans the run: a different total is a different run
@@ -246,8 +247,10 @@ TEST_CASE("resuming refuses a checkpoint of a run with other settings, or a brok
     // Bad settings are named.
     other = c;
     other.data_format = "CHWN";
-    CHECK(message_of(other).find("--format") != std::string::npos);
+    m = message_of(other);
+    CHECK(m.find("data_format") != std::string::npos);
+    CHECK(m.find("CHWN") != std::string::npos);
     other = c;
     other.batch_size = 0;
-    CHECK(message_of(other).find("--batch-size") != std::string::npos);
+    CHECK(message_of(other).find("batch_size") != std::string::npos);
 }

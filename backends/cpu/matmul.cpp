@@ -1,9 +1,17 @@
 // The fast matmul kernel: matmul hands each matrix to cblas_sgemm/dgemm; OpenBLAS is far
-// faster than anything hand-written here and threads each product itself. Operands BLAS
-// cannot read in place are first packed row-major. At simd_level::scalar the dispatch serves
-// its xgrad::cpu::reference twin instead.
+// faster than anything hand-written here. Operands BLAS cannot read in place are first packed
+// row-major. At simd_level::scalar the dispatch serves its xgrad::cpu::reference twin instead.
+//
+// Threading: OpenBLAS runs single-threaded (set once, when libxgrad is loaded) and the GEMMs
+// are spread over xgrad's own pool instead. OpenBLAS's worker threads spin after every GEMM
+// (OPENBLAS_THREAD_TIMEOUT, read only when OpenBLAS initialises, before any code of ours can
+// set it); in a training step GEMMs alternate with xgrad's parallel kernels, and those spinning
+// threads took the cores from xgrad's pool. With one BLAS thread no OpenBLAS worker ever gets
+// work, so none spins, whatever the environment says.
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -22,6 +30,23 @@ namespace xgrad::cpu
     {
         using detail::grain;
         using detail::visit_compute;
+
+        /// Sets OpenBLAS to one thread when libxgrad is loaded. OpenBLAS (a dependency of
+        /// libxgrad) has initialised by then, so its own environment settings are already read
+        /// and this overrides OPENBLAS_NUM_THREADS / GOTO_NUM_THREADS / OMP_NUM_THREADS for
+        /// OpenBLAS. Its workers, started at its initialisation, spin out their timeout once
+        /// and then sleep for good.
+        struct single_threaded_blas
+        {
+            single_threaded_blas() { openblas_set_num_threads(1); }
+        };
+        const single_threaded_blas blas_threads_set_once;
+
+        /// Below this many multiply-adds (m * n * k over the whole call) a matmul runs on the
+        /// calling thread: OpenBLAS's own threshold for threading a GEMM (65536 * 4).
+        constexpr std::int64_t parallel_work = 262144;
+        /// The least work of one thread's block when one product is split.
+        constexpr std::int64_t block_work = 65536;
 
         // ---------------------------------------------------------------------------------
         // matmul
@@ -43,24 +68,55 @@ namespace xgrad::cpu
         }
 
         void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda, const float* b,
-                  int ldb, float* c)
+                  int ldb, float* c, int ldc)
         {
-            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
         }
 
-        void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda, const double* b,
-                  int ldb, double* c)
+        void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
+                  const double* b, int ldb, double* c, int ldc)
         {
-            cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
+            cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
         }
 
-        /// Batched GEMM through CBLAS, one cblas_?gemm per batch entry, in order.
+        /// One operand as BLAS reads it: the memory (the tensor's, or a packed copy), its CBLAS
+        /// view, and the steps between its rows and its columns in that memory (to address a
+        /// block of rows of A or of columns of B).
+        template <class T>
+        struct blas_operand
+        {
+            const T* data;
+            blas_view view;
+            std::int64_t row_step, col_step;
+        };
+
+        /// The operand at `src`, packed row-major into `pack` when BLAS cannot read it in place.
+        template <class T>
+        blas_operand<T> operand(const T* src, std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs,
+                                const std::optional<blas_view>& view, std::vector<T>& pack)
+        {
+            if (view)
+                return {src, *view, rs, cs};
+            pack.resize(static_cast<std::size_t>(rows * cols));
+            for (std::int64_t i = 0; i < rows; ++i)
+                for (std::int64_t j = 0; j < cols; ++j)
+                    pack[static_cast<std::size_t>(i * cols + j)] = src[i * rs + j * cs];
+            return {pack.data(), blas_view{CblasNoTrans, static_cast<int>(cols)}, cols, 1};
+        }
+
+        /// Batched GEMM through CBLAS (one single-threaded cblas_?gemm per block), over xgrad's
+        /// pool: batch entries go to the threads whole when there are at least as many as
+        /// threads; otherwise each product is split into blocks of rows of C (or of columns,
+        /// when C is wider than tall), one per thread, the products one after the other.
         ///
-        /// Threading: OpenBLAS threads each large GEMM itself (its own pool; it stays on one
-        /// thread below m*n*k ~ 2.6e5). Batches are not spread over our pool on top of that:
-        /// OpenBLAS has a history of races when called from several threads at once (OpenBLAS
-        /// issues #1401, #1761, #2126), and on the development machine spreading batches of
-        /// small products over threads gave no measurable gain.
+        /// What holds across thread counts: every element of C is one dot product over the whole
+        /// of k computed by OpenBLAS from the same row of A and column of B; blocks only choose
+        /// which call computes it. Splitting batches therefore gives bit-identical results. A
+        /// split product can differ in the last bits, because OpenBLAS may pick other kernels
+        /// for a block's edge than for the whole matrix; OpenBLAS's own threading splits rows
+        /// and columns the same way, so the guarantee is the one it gives: equal up to the
+        /// rounding of a k-term dot product. At a fixed thread count every result is
+        /// reproducible (the blocks depend only on the shapes and the thread count).
         template <class T>
         void matmul_impl(T* out, const T* a, const std::int64_t* a_strides, const T* b, const std::int64_t* b_strides,
                          std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
@@ -78,24 +134,49 @@ namespace xgrad::cpu
             }
             const auto view_a = view_for_blas(m, k, a_strides[1], a_strides[2]);
             const auto view_b = view_for_blas(k, n, b_strides[1], b_strides[2]);
-            // Operands BLAS cannot read in place are packed row-major (ld = their width).
-            auto operand = [](const T* src, std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs,
-                              const std::optional<blas_view>& view, std::vector<T>& pack) {
-                if (view)
-                    return std::make_pair(src, *view);
-                pack.resize(static_cast<std::size_t>(rows * cols));
-                for (std::int64_t i = 0; i < rows; ++i)
-                    for (std::int64_t j = 0; j < cols; ++j)
-                        pack[static_cast<std::size_t>(i * cols + j)] = src[i * rs + j * cs];
-                return std::make_pair(static_cast<const T*>(pack.data()), blas_view{CblasNoTrans, static_cast<int>(cols)});
+            const auto product = [&](std::int64_t p, std::vector<T>& pack_a, std::vector<T>& pack_b) {
+                return std::make_pair(operand(a + p * a_strides[0], m, k, a_strides[1], a_strides[2], view_a, pack_a),
+                                      operand(b + p * b_strides[0], k, n, b_strides[1], b_strides[2], view_b, pack_b));
             };
+            const std::int64_t threads = get_num_threads();
+            // Work in multiply-adds, in double: batch * m * n * k can pass 2^63.
+            const double product_work = static_cast<double>(mn) * static_cast<double>(k);
+            const bool is_small = static_cast<double>(batch) * product_work < static_cast<double>(parallel_work);
+            const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+            if (threads == 1 || is_small || batch >= threads)
+            {
+                // Whole products, at least parallel_work of them a chunk (all inline when small).
+                const auto min_batches = static_cast<std::int64_t>(
+                    std::ceil(static_cast<double>(parallel_work) / std::max(1.0, product_work)));
+                parallel_for(0, batch, is_small ? batch : min_batches, [&](std::int64_t begin, std::int64_t end) {
+                    std::vector<T> pack_a, pack_b;
+                    for (std::int64_t p = begin; p < end; ++p)
+                    {
+                        const auto [oa, ob] = product(p, pack_a, pack_b);
+                        gemm(oa.view.trans, ob.view.trans, im, in, ik, oa.data, oa.view.ld, ob.data, ob.view.ld,
+                             out + p * mn, in);
+                    }
+                });
+                return;
+            }
+            const bool split_rows = m >= n;
+            const std::int64_t extent = split_rows ? m : n;
+            const double line_work = static_cast<double>(split_rows ? n : m) * static_cast<double>(k);
+            const auto min_block = static_cast<std::int64_t>(std::ceil(static_cast<double>(block_work) / line_work));
             std::vector<T> pack_a, pack_b;
             for (std::int64_t p = 0; p < batch; ++p)
             {
-                const auto [pa, va] = operand(a + p * a_strides[0], m, k, a_strides[1], a_strides[2], view_a, pack_a);
-                const auto [pb, vb] = operand(b + p * b_strides[0], k, n, b_strides[1], b_strides[2], view_b, pack_b);
-                gemm(va.trans, vb.trans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), pa, va.ld, pb,
-                     vb.ld, out + p * mn);
+                const auto [oa, ob] = product(p, pack_a, pack_b);
+                T* c = out + p * mn;
+                parallel_for(0, extent, min_block, [&, oa = oa, ob = ob](std::int64_t begin, std::int64_t end) {
+                    const int size = static_cast<int>(end - begin);
+                    if (split_rows)
+                        gemm(oa.view.trans, ob.view.trans, size, in, ik, oa.data + begin * oa.row_step, oa.view.ld,
+                             ob.data, ob.view.ld, c + begin * n, in);
+                    else
+                        gemm(oa.view.trans, ob.view.trans, im, size, ik, oa.data, oa.view.ld,
+                             ob.data + begin * ob.col_step, ob.view.ld, c + begin, in);
+                });
             }
         }
     }

@@ -3,6 +3,7 @@
 //
 //   my_cnn [DATA_DIR] [LIMIT] [EPOCHS]
 #include <xgrad/layers.hpp>
+#include <xgrad/train.hpp>
 #include <xgrad/xgrad.hpp>
 
 #include <cstdlib>
@@ -73,28 +74,10 @@ int main(int argc, char** argv)
         // [train]
 
         // [evaluate]
-        model->eval();
-        xgrad::no_grad guard; // no graph is recorded while evaluating
-        xgrad::data::loader_options eo;
-        eo.batch_size = 500;
-        eo.shuffle = false;
-        xgrad::data::data_loader test_loader(std::make_shared<const xgrad::data::image_dataset>(test), eo);
-        test_loader.start_epoch(0);
-        std::int64_t correct = 0;
-        while (auto batch = test_loader.next())
-        {
-            const auto logits = xgrad::to_vector(model->forward(batch->images));
-            const auto labels = xgrad::to_vector(batch->labels);
-            for (std::size_t i = 0; i < labels.size(); ++i)
-            {
-                std::size_t best = 0;
-                for (std::size_t k = 1; k < 10; ++k)
-                    if (logits[i * 10 + k] > logits[i * 10 + best])
-                        best = k;
-                correct += static_cast<double>(best) == labels[i];
-            }
-        }
-        std::cout << "test accuracy: " << 100.0 * static_cast<double>(correct) / static_cast<double>(test.size) << "%\n";
+        // Mean cross-entropy, accuracy and confusion matrix, in eval mode and without a graph.
+        const auto metrics =
+            xgrad::train::evaluate_classifier(*model, std::make_shared<const xgrad::data::image_dataset>(test));
+        std::cout << "test loss: " << metrics.loss << ", test accuracy: " << 100.0 * metrics.accuracy << "%\n";
         // [evaluate]
 
         // [save]

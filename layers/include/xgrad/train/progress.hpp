@@ -1,7 +1,5 @@
-#ifndef XGRAD_EXAMPLES_COMMON_PROGRESS_HPP
-#define XGRAD_EXAMPLES_COMMON_PROGRESS_HPP
-
-// Progress display for the example programs' training loops.
+#pragma once
+// Progress display for training loops (xgrad::train::fit_classifier draws one per epoch).
 //
 // On a terminal, progress_bar redraws one line in place ("\r", then the line padded with
 // spaces over the previous one; no escape codes), at most every redraw_interval seconds and
@@ -14,7 +12,7 @@
 #include <iostream>
 #include <string>
 
-namespace xgrad::examples
+namespace xgrad::train
 {
     // "12.3s" below a minute, "1m05s" below an hour, "2h03m04s" above; "--" for a negative
     // or non-finite value (an unknown duration).
@@ -87,5 +85,3 @@ namespace xgrad::examples
         double m_final_elapsed = 0.0;
     };
 }
-
-#endif

@@ -1,4 +1,4 @@
-#include "common/plot.hpp"
+#include "xgrad/train/metrics.hpp"
 
 #include "xgrad/io/atomic_file.hpp"
 
@@ -15,7 +15,7 @@
 #include <system_error>
 #include <unistd.h>
 
-namespace xgrad::examples
+namespace xgrad::train
 {
     namespace fs = std::filesystem;
 

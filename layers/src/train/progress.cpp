@@ -1,4 +1,4 @@
-#include "common/progress.hpp"
+#include "xgrad/train/progress.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
-namespace xgrad::examples
+namespace xgrad::train
 {
     namespace
     {

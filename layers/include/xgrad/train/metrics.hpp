@@ -1,7 +1,5 @@
-#ifndef XGRAD_EXAMPLES_COMMON_PLOT_HPP
-#define XGRAD_EXAMPLES_COMMON_PLOT_HPP
-
-// Per-epoch training metrics of the example programs: a CSV log (written and read back so a
+#pragma once
+// Per-epoch training metrics: a CSV log (written and read back so a
 // resumed run can append to it) and an SVG chart of loss and accuracy to open in a browser.
 //
 // Every file is written atomically: the content goes to a temporary file in the destination
@@ -12,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace xgrad::examples
+namespace xgrad::train
 {
     // One row of metrics. Accuracies are fractions in [0, 1] (the chart shows percent);
     // losses are mean cross-entropy; seconds is the wall time of the epoch's training loop.
@@ -57,5 +55,3 @@ namespace xgrad::examples
                            const std::vector<epoch_metrics>& metrics,
                            const std::string& title);
 }
-
-#endif

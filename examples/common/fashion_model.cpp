@@ -1,0 +1,37 @@
+// The Fashion-MNIST classifier (see fashion_model.hpp).
+#include "common/fashion_model.hpp"
+
+namespace xgrad::examples
+{
+    const char* const fashion_mnist_classes[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                   "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+
+    std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen)
+    {
+        auto model = std::make_shared<nn::sequential>();
+        const auto conv = [&](std::int64_t in, std::int64_t out) {
+            nn::conv2d_options o(in, out, 3);
+            o.padding = {1, 1};
+            o.data_format = data_format;
+            return std::make_shared<nn::conv2d>(o, gen);
+        };
+        const auto bn = [&](std::int64_t c) {
+            nn::batch_norm_options o(c);
+            o.data_format = data_format;
+            return std::make_shared<nn::batch_norm2d>(o);
+        };
+        model->add("conv1", conv(1, 32));
+        model->add("bn1", bn(32));
+        model->add("relu1", std::make_shared<nn::relu>());
+        model->add("pool1", std::make_shared<nn::max_pool2d>(2, data_format));
+        model->add("conv2", conv(32, 64));
+        model->add("bn2", bn(64));
+        model->add("relu2", std::make_shared<nn::relu>());
+        model->add("pool2", std::make_shared<nn::max_pool2d>(2, data_format));
+        model->add("flatten", std::make_shared<nn::flatten>());
+        model->add("fc1", std::make_shared<nn::linear>(64 * 7 * 7, 128, gen));
+        model->add("relu3", std::make_shared<nn::relu>());
+        model->add("fc2", std::make_shared<nn::linear>(128, 10, gen));
+        return model;
+    }
+}

@@ -1,0 +1,24 @@
+#pragma once
+// Where a training run keeps its checkpoints, and whether a checkpoint may continue a run.
+//
+// A run that is to be resumed exactly must agree with the run that wrote the checkpoint on
+// everything that shapes the computation (seed, batch size, schedule, total epochs, data, ...).
+// The trainer (xgrad/train/trainer.hpp) stores such settings as checkpoint metadata and
+// compares them with check_resume_compatible before it continues.
+#include <cstdint>
+#include <filesystem>
+
+#include "xgrad/io/safetensors.hpp"
+
+namespace xgrad::train
+{
+    /// out / "checkpoint_epoch_<epoch>.safetensors". Throws xgrad::invalid_argument for epoch < 0.
+    std::filesystem::path checkpoint_path(const std::filesystem::path& out, std::int64_t epoch);
+
+    /// Throws xgrad::invalid_argument when `found` (a checkpoint's metadata) does not hold
+    /// every entry of `expected` with the same value. The message names `checkpoint` and lists
+    /// each differing key with both values ("(absent)" for a missing one). Keys of `found`
+    /// that `expected` does not name are ignored (e.g. the checkpoint format's own entries).
+    void check_resume_compatible(const std::filesystem::path& checkpoint, const io::metadata_map& found,
+                                 const io::metadata_map& expected);
+}
