@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/simd/level.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/simd/level.hpp"
 #include "tests/op_cases.hpp"
 #include "xgrad/half.hpp"
 #include "xgrad/interop.hpp"

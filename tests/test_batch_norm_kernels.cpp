@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/simd/level.hpp"
 #include "cpu_kernels_helpers.hpp"
 #include "xgrad/half.hpp"
 #include "xgrad/interop.hpp"

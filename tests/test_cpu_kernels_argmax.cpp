@@ -1,5 +1,5 @@
-// Tests of the CPU argmax kernel (fast, backends/cpu/reduce.cpp, and reference,
-// backends/cpu/reference.cpp) against a direct loop written here: random shapes and layouts,
+// Tests of the CPU argmax kernel (fast, backends/cpu/kernels/reduce.cpp, and reference,
+// backends/cpu/reference/math.cpp) against a direct loop written here: random shapes and layouts,
 // values from a small set so that ties are common, NaN in the floating dtypes, float32, float64
 // and int64, one and several threads. Every answer is an index, so all three must agree
 // exactly. Shared helpers: cpu_kernels_helpers.hpp.

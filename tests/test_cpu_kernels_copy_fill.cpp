@@ -1,7 +1,7 @@
 // Tests of the CPU backend's memory and conversion kernels: the allocator and host copies
-// (backends/cpu/allocator.cpp), copy and fill (backends/cpu/copy_fill.cpp) for every dtype
+// (backends/cpu/allocator.cpp), copy and fill (backends/cpu/kernels/copy_fill.cpp) for every dtype
 // and pair of dtypes on strided views, their rounding and conversion rules, and one_hot
-// (backends/cpu/one_hot.cpp). Shared helpers: cpu_kernels_helpers.hpp.
+// (backends/cpu/kernels/one_hot.cpp). Shared helpers: cpu_kernels_helpers.hpp.
 //
 // Tolerances, and why:
 // - copy, fill, one_hot: exact. Fast and reference kernels use the same conversion functions

@@ -1,4 +1,4 @@
-// Tests of the CPU backend's instruction set selection (backends/cpu/simd_level.cpp): which
+// Tests of the CPU backend's instruction set selection (backends/cpu/simd/level.cpp): which
 // SIMD level the dispatcher picks, that limit_simd_level caps it, and that at
 // simd_level::scalar the dispatch (core/src/dispatch.cpp) serves the reference table; and of
 // the kernel registry (backends/common/kernel_list.hpp): every table of the CPU backend is

@@ -1,4 +1,4 @@
-// Tests of the CPU backend's matmul kernel (backends/cpu/matmul.cpp, OpenBLAS) against the
+// Tests of the CPU backend's matmul kernel (backends/cpu/kernels/matmul.cpp, OpenBLAS) against the
 // reference triple loop: row- and column-major operands, padded leading dimensions, broadcast
 // batches, operands BLAS cannot read in place, k = 0, and the INT_MAX dimension limit. Shared
 // helpers: cpu_kernels_helpers.hpp.

@@ -1,4 +1,4 @@
-// Tests of the CPU backend's reduction kernel (backends/cpu/reduce.cpp): sum and max against
+// Tests of the CPU backend's reduction kernel (backends/cpu/kernels/reduce.cpp): sum and max against
 // the reference twin over random shapes and layouts and over layouts that exercise each fast
 // path, and results that do not depend on the thread count. Shared helpers:
 // cpu_kernels_helpers.hpp.
@@ -9,7 +9,7 @@
 //   (c + ceil(log2 R)) * u * sum|x| (R reduced elements, u the unit roundoff), where c is at
 //   most 134: row blocks of 1024 over 4 accumulators of W lanes give 1024 / (4W) + 5 + log2 W,
 //   largest for float64 with SSE2 (W = 2); the column path gives 63 (see
-//   backends/cpu/reduce.cpp). The test allows c = 140. The reference sums left to right:
+//   backends/cpu/kernels/reduce.cpp). The test allows c = 140. The reference sums left to right:
 //   (R - 1) * u * sum|x|. For R = 10^5 float32 elements with sum|x| = |sum x|, that is
 //   at most 5.2e-6 relative for the fast kernel (c = 71 with SSE2) against 6e-3 for the loop.
 #include <doctest/doctest.h>

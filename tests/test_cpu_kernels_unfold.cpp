@@ -1,5 +1,5 @@
-// Tests of the CPU backend's window kernels (backends/cpu/unfold.cpp): unfold2d and fold2d
-// against their reference twins (unfold_reference.cpp) over random window geometries, the
+// Tests of the CPU backend's window kernels (backends/cpu/kernels/unfold.cpp): unfold2d and fold2d
+// against their reference twins (backends/cpu/reference/unfold.cpp) over random window geometries, the
 // NCHW and NHWC cols matrices and random strided layouts of both operands, every floating
 // dtype, every SIMD level and two thread counts. Shared helpers: cpu_kernels_helpers.hpp.
 //

@@ -1,5 +1,5 @@
 // The CPU GEMM threads itself over xgrad's pool with OpenBLAS single-threaded
-// (backends/cpu/matmul.cpp): OpenBLAS reports one thread once libxgrad is loaded, whatever the
+// (backends/cpu/kernels/matmul.cpp): OpenBLAS reports one thread once libxgrad is loaded, whatever the
 // environment asks (ctest runs this with OPENBLAS_NUM_THREADS=2), and a matmul at 2, 3 or 4
 // threads equals the one at 1 thread: bit for bit when batches are split over the threads,
 // within the rounding of a k-term dot product when one product is split into blocks.

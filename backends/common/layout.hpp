@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the backends: the N-d layout walking that the CPU's fast kernels share
-// (elementwise.cpp, reduce.cpp, copy_fill.cpp) and the CUDA backend's index normalisation
+// (backends/cpu/kernels/: elementwise.cpp, reduce.cpp, copy_fill.cpp) and the CUDA backend's index normalisation
 // (device_loop.hpp) starts from.
 //
 // A fast kernel first normalises the layout of its operands: drop size-1 dimensions, order the

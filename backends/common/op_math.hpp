@@ -1,6 +1,6 @@
 #pragma once
 // The formula of every unary and binary op code (backends/common/kernels.hpp), written once for the
-// backends' element-at-a-time paths: the CPU reference kernels (backends/cpu/reference.cpp) and
+// backends' element-at-a-time paths: the CPU reference kernels (backends/cpu/reference/math.cpp) and
 // the CUDA kernels (backends/cuda/elementwise.cpp, which compile them for the device), so both
 // evaluate the same expression. The CPU's SIMD kernels have vector forms of their own, tested
 // against the reference.

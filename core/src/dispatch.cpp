@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/simd/level.hpp"
 
 #ifdef XGRAD_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"

@@ -2,14 +2,14 @@
 // float16 rows widened to float before the SIMD functors read them, and float results rounded
 // back once. Kept out of kernels.cpp so the F16C calls live with the one concern that uses
 // them. Built with the default flags; the F16C path calls simd::f16_to_f32_f16c /
-// f32_to_f16_f16c of ../simd_avx2.cpp only when use_f16c() (the caller's flag) is true, else
+// f32_to_f16_f16c of ../simd/avx2.cpp only when use_f16c() (the caller's flag) is true, else
 // backends/common/convert.hpp's scalar conversions. (bfloat16 is converted in registers by the SIMD
 // functors themselves, simd_impl.hpp.)
 #include <cstdint>
 
 #include "backends/common/convert.hpp"
 #include "backends/cpu/batch_norm/convert.hpp"
-#include "backends/cpu/simd_kernels.hpp"
+#include "backends/cpu/simd/kernels.hpp"
 
 namespace xgrad::cpu::bn_detail
 {

@@ -9,7 +9,7 @@
 // - float16 tensors are converted to float in cache-resident pieces (at most `piece` or
 //   run_span elements per input) just before the SIMD code reads them, and outputs rounded to
 //   16 bits once, after it: with F16C (simd::f16_to_f32_f16c / f32_to_f16_f16c of
-//   ../simd_avx2.cpp) when use_f16c(), else backends/common/convert.hpp. widen_rows /
+//   ../simd/avx2.cpp) when use_f16c(), else backends/common/convert.hpp. widen_rows /
 //   narrow_rows are defined in convert.cpp (built with the default flags, like kernels.cpp).
 #include <cstdint>
 #include <type_traits>

@@ -1,7 +1,7 @@
 // The fast batch-norm kernels (contracts in backends/common/kernel_list.hpp): the nine public kernels, their
 // per-channel coefficients, and how the one-read kernels cut a tensor into channel blocks. They
 // always run the SIMD code (sse2 or avx2_fma, as simd_call picks); the choice of their
-// xgrad::cpu::reference twins (reference.cpp) at simd_level::scalar is made once, where the
+// xgrad::cpu::reference twins (batch_norm/reference.cpp) at simd_level::scalar is made once, where the
 // kernel table is built (core/src/dispatch.cpp). This file says what each kernel computes;
 // README.md maps the files it builds on (plan, walk, convert, simd).
 //
@@ -35,7 +35,7 @@
 #include "backends/cpu/batch_norm/walk.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/simd_kernels.hpp"
+#include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu

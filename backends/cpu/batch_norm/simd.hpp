@@ -1,8 +1,8 @@
 #pragma once
 // Internal to the CPU backend: the SIMD inner loops of the fast batch-norm kernels
-// (kernels.cpp), as xsimd functors, following the pattern of simd_kernels.hpp: the bodies
+// (kernels.cpp), as xsimd functors, following the pattern of simd/kernels.hpp: the bodies
 // are written once (simd_impl.hpp) and compiled once per instruction set, in
-// ../simd_sse2.cpp (the x86-64 baseline) and ../simd_avx2.cpp (-mavx2 -mfma -mf16c).
+// ../simd/sse2.cpp (the x86-64 baseline) and ../simd/avx2.cpp (-mavx2 -mfma -mf16c).
 // kernels.cpp sees only these declarations and the `extern template` lines below and picks
 // an instantiation at run time with detail::simd_call (dispatch.hpp).
 //
@@ -26,7 +26,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "backends/cpu/simd_kernels.hpp" // simd::archs
+#include "backends/cpu/simd/kernels.hpp" // simd::archs
 #include "xgrad/half.hpp"                 // bfloat16_t
 
 namespace xgrad::cpu::simd

@@ -1,10 +1,10 @@
 #pragma once
 // Bodies of the batch-norm SIMD functors declared in simd.hpp. Included ONLY by the
-// per-instruction-set translation units (../simd_sse2.cpp, ../simd_avx2.cpp), each
+// per-instruction-set translation units (../simd/sse2.cpp, ../simd/avx2.cpp), each
 // compiled with its own flags and explicitly instantiating the functors for its one
 // architecture.
 //
-// As in simd_kernels_impl.hpp, every helper here is a template on the architecture (or a
+// As in simd/kernels_impl.hpp, every helper here is a template on the architecture (or a
 // constant) and no standard-library function is called, so no inline function compiled with
 // -mavx2 can be shared with (and picked by the linker for) code that a pre-AVX2 processor runs.
 // A row or segment whose length is not a multiple of the lanes ends with a padded batch of its

@@ -1,6 +1,6 @@
 // The fast window kernels, unfold2d (im2col) and fold2d (col2im), threaded over the thread
 // pool. At simd_level::scalar the dispatch serves their xgrad::cpu::reference twins
-// (unfold_reference.cpp) instead.
+// (reference/unfold.cpp) instead.
 //
 // Why they are built this way:
 // - The cols array is walked along its innermost axis, which the strides reveal: the window

@@ -1,5 +1,5 @@
 // The reference window kernels, unfold2d (im2col) and fold2d (col2im): the oracle the fast
-// kernels of unfold.cpp are tested against, and what every build runs at simd_level::scalar
+// kernels of kernels/unfold.cpp are tested against, and what every build runs at simd_level::scalar
 // or with XGRAD_SIMD=scalar.
 //
 // Deliberately plain: one single-threaded walk over the six indices (n, c, kh, kw, oh, ow) in

@@ -1,5 +1,5 @@
 // The fast elementwise kernels (unary, binary, where): layout analysis, threading and dispatch
-// around the SIMD inner loops unary_fn, binary_fn and where_fn of simd_kernels.hpp.
+// around the SIMD inner loops unary_fn, binary_fn and where_fn of simd/kernels.hpp.
 //
 // Why it is built this way:
 // - The layout is first normalised (layout.hpp): drop size-1 dimensions, order the rest by
@@ -22,7 +22,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/common/layout.hpp"
-#include "backends/cpu/simd_kernels.hpp"
+#include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu

@@ -1,6 +1,6 @@
 // The run-time choice of instruction set for the fast kernels of an XGRAD_SIMD=dispatch build
-// (simd_level_scalar.cpp stands in for this file in a scalar build): what the processor and the
-// OS support, the process-wide cap set by limit_simd_level (simd_level.hpp), and whether
+// (simd/level_scalar.cpp stands in for this file in a scalar build): what the processor and the
+// OS support, the process-wide cap set by limit_simd_level (simd/level.hpp), and whether
 // copies may use F16C.
 //
 // The SIMD code is compiled per instruction set in kernels_<arch>.cpp; xsimd::dispatch picks
@@ -13,7 +13,7 @@
 #include <cpuid.h>
 
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/simd/level.hpp"
 
 namespace xgrad::cpu
 {

@@ -1,10 +1,10 @@
 #pragma once
 // Internal to the CPU backend: the SIMD inner loops of the fast kernels, as xsimd functors.
 //
-// Each functor body is written once (simd_kernels_impl.hpp) and compiled once per instruction
+// Each functor body is written once (simd/kernels_impl.hpp) and compiled once per instruction
 // set, in its own translation unit with that instruction set's compiler flags
-// (simd_sse2.cpp: the x86-64 baseline; simd_avx2.cpp: -mavx2 -mfma -mf16c). The fast
-// kernels (elementwise.cpp, reduce.cpp, copy_fill.cpp) see only these declarations and the
+// (simd/sse2.cpp: the x86-64 baseline; simd/avx2.cpp: -mavx2 -mfma -mf16c). The fast
+// kernels (kernels/elementwise.cpp, reduce.cpp, copy_fill.cpp) see only these declarations and the
 // `extern template` lines below, so they instantiate no SIMD code themselves; they pick the
 // instantiation at run time with xsimd::dispatch<archs> (simd_call, dispatch.hpp). This is
 // xsimd's documented pattern for run-time dispatch, and it keeps AVX2 instructions out of every
@@ -33,7 +33,7 @@ namespace xgrad::cpu::simd
     };
 
     /// out[i] = op(a[i * a_stride], b[i * b_stride]); strides 0 or 1; op is not pow (pow is
-    /// std::pow in elementwise.cpp: xsimd has no pow that matches std::pow's accuracy and special
+    /// std::pow in kernels/elementwise.cpp: xsimd has no pow that matches std::pow's accuracy and special
     /// cases).
     struct binary_fn
     {
@@ -75,7 +75,7 @@ namespace xgrad::cpu::simd
     };
 
     /// Bulk float32 <-> float16 (IEEE binary16 bit patterns) with F16C, round to nearest even;
-    /// compiled in simd_avx2.cpp only: call them only when the processor has AVX2 and F16C.
+    /// compiled in simd/avx2.cpp only: call them only when the processor has AVX2 and F16C.
     void f32_to_f16_f16c(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
     void f16_to_f32_f16c(float* out, const std::uint16_t* x, std::int64_t n) noexcept;
 }

@@ -1,6 +1,6 @@
 // The fast reduction kernels: reduce (sum and max over the trailing dimensions), with blocking,
 // threading and dispatch around the SIMD inner loops reduce_contiguous_fn and reduce_rows_fn of
-// simd_kernels.hpp; and argmax over the last dimension, a plain scan per row threaded over the
+// simd/kernels.hpp; and argmax over the last dimension, a plain scan per row threaded over the
 // rows (its comparisons are data-dependent branches, which gain little from SIMD).
 //
 // Why it is built this way:
@@ -18,7 +18,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/common/layout.hpp"
-#include "backends/cpu/simd_kernels.hpp"
+#include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu

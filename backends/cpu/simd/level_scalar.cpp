@@ -1,11 +1,11 @@
-// The instruction set queries of an XGRAD_SIMD=scalar build (simd_level.cpp stands in for this
+// The instruction set queries of an XGRAD_SIMD=scalar build (simd/level.cpp stands in for this
 // file in a dispatch build): the level is always simd_level::scalar, so core/src/dispatch.cpp
 // serves the reference kernels. For debugging (it takes SIMD, threading and OpenBLAS out of the
 // picture) and for targets other than x86-64, where the fast kernels are not built.
 #include <atomic>
 
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/simd/level.hpp"
 
 namespace xgrad::cpu
 {

@@ -1,6 +1,6 @@
 #pragma once
-// Bodies of the SIMD functors declared in simd_kernels.hpp. Included ONLY by the
-// per-instruction-set translation units (simd_sse2.cpp, simd_avx2.cpp), each compiled with
+// Bodies of the SIMD functors declared in simd/kernels.hpp. Included ONLY by the
+// per-instruction-set translation units (simd/sse2.cpp, simd/avx2.cpp), each compiled with
 // its own flags and explicitly instantiating the functors for its one architecture.
 //
 // Every helper here is a template on the architecture, so each translation unit emits only
@@ -23,7 +23,7 @@
 //   instruction, so it equals the scalar 1 / std::sqrt(x) bit for bit).
 // NaN results agree everywhere. tests/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
 // reference.
-#include "backends/cpu/simd_kernels.hpp"
+#include "backends/cpu/simd/kernels.hpp"
 
 namespace xgrad::cpu::simd
 {
@@ -291,7 +291,7 @@ namespace xgrad::cpu::simd
                 case binary_op::sub: return run([](const B& x, const B& y) { return B(x - y); });
                 case binary_op::mul: return run([](const B& x, const B& y) { return B(x * y); });
                 case binary_op::div: return run([](const B& x, const B& y) { return B(x / y); });
-                case binary_op::pow: return; // never passed here (see simd_kernels.hpp)
+                case binary_op::pow: return; // never passed here (see simd/kernels.hpp)
                 // Ordered comparisons are false with a NaN operand, as in C++. ne is !(x == y):
                 // xsimd's AVX != is the ordered _CMP_NEQ_OQ, which is false for NaN.
                 case binary_op::eq: return run([&](const B& x, const B& y) { return xsimd::select(x == y, one, zero); });

@@ -1,7 +1,7 @@
 // The fast copy (any pair of dtypes, converting) and fill kernels: typed loops over the runs
 // of the normalised layout (layout.hpp), threaded over the flat element range; memcpy where
 // both sides are contiguous and of one dtype, and the F16C bulk conversions of
-// simd_kernels.hpp for contiguous float16 <-> float32 copies when the processor has F16C
+// simd/kernels.hpp for contiguous float16 <-> float32 copies when the processor has F16C
 // (use_f16c). Element conversions are those of convert.hpp, shared with the reference kernels.
 // At simd_level::scalar the dispatch serves their xgrad::cpu::reference twins instead.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
 #include "backends/common/layout.hpp"
-#include "backends/cpu/simd_kernels.hpp"
+#include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu
