@@ -65,15 +65,15 @@ namespace
             switch (c.kind)
             {
             case op_kind::grad_train:
-                cpu::bn_grad_training(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr, s.scale(),
+                cpu::fast_kernels().bn_grad_training(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr, s.scale(),
                                       s.mean(), s.var(), eps, c.dt, c.outer(), c.channels(), c.inner());
                 break;
             case op_kind::grad_infer:
-                cpu::bn_grad_inference(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr,
+                cpu::fast_kernels().bn_grad_inference(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr,
                                        s.scale(), s.mean(), s.var(), eps, c.dt, c.outer(), c.channels(), c.inner());
                 break;
             case op_kind::fwd_train:
-                cpu::bn_forward_training(s.dx.get(), s.mean(), s.var(), s.x.get(), s.scale(), s.offset(), eps, false,
+                cpu::fast_kernels().bn_forward_training(s.dx.get(), s.mean(), s.var(), s.x.get(), s.scale(), s.offset(), eps, false,
                                          c.dt, c.outer(), c.channels(), c.inner());
                 break;
             }

@@ -67,6 +67,10 @@ namespace
     using xgrad::float16_t;
     using i64 = std::int64_t;
 
+    /// The fast batch-norm kernels, through the CPU's fast table (in an XGRAD_SIMD=scalar build,
+    /// where they are not compiled, that table is the reference one).
+    const xgrad::kernels::kernel_table& fast_table = cpu::fast_kernels();
+
     /// Restores the SIMD limit and the thread count at scope exit.
     struct settings_guard
     {
@@ -314,26 +318,26 @@ namespace
                            p.ym.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
         };
         if (fast)
-            fused(cpu::bn_forward_training, cpu::bn_normalize, cpu::bn_grad_training, cpu::bn_grad_inference);
+            fused(fast_table.bn_forward_training, fast_table.bn_normalize, fast_table.bn_grad_training, fast_table.bn_grad_inference);
         else
             fused(ref::bn_forward_training, ref::bn_normalize, ref::bn_grad_training, ref::bn_grad_inference);
         if (fast)
         {
-            cpu::bn_moments(r.mean.data(), r.var.data(), p.x.data(), dt, o, c, in);
-            cpu::bn_normalize(r.y.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
+            fast_table.bn_moments(r.mean.data(), r.var.data(), p.x.data(), dt, o, c, in);
+            fast_table.bn_normalize(r.y.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
                               p.eps, false, dt, o, c, in);
-            cpu::bn_grad_reduce(r.sum_dy.data(), r.sum_dy_xc.data(), p.dy.data(), p.x.data(), p.mean.data(), dt, o, c,
+            fast_table.bn_grad_reduce(r.sum_dy.data(), r.sum_dy_xc.data(), p.dy.data(), p.x.data(), p.mean.data(), dt, o, c,
                                 in);
-            cpu::bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), sdy,
+            fast_table.bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), sdy,
                                sdxc, p.eps, dt, o, c, in);
-            cpu::bn_grad_inference(r.dx_inf.data(), r.inf_sum_dy.data(), r.inf_sum_dy_xc.data(), p.dy.data(),
+            fast_table.bn_grad_inference(r.dx_inf.data(), r.inf_sum_dy.data(), r.inf_sum_dy_xc.data(), p.dy.data(),
                                    p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
-            cpu::bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
+            fast_table.bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
                                      p.var.data(), p.eps, dt, o, c, in);
-            cpu::bn_grad_grad_apply(r.dg_train.data(), r.dxx_train.data(), p.A.data(), p.dy.data(), p.x.data(),
+            fast_table.bn_grad_grad_apply(r.dg_train.data(), r.dxx_train.data(), p.A.data(), p.dy.data(), p.x.data(),
                                     p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
                                     ref_gg_sums.data(), p.eps, true, dt, o, c, in);
-            cpu::bn_grad_grad_apply(r.dg_inf.data(), r.dxx_inf.data(), p.A.data(), p.dy.data(), p.x.data(),
+            fast_table.bn_grad_grad_apply(r.dg_inf.data(), r.dxx_inf.data(), p.A.data(), p.dy.data(), p.x.data(),
                                     p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
                                     ref_gg_sums.data(), p.eps, false, dt, o, c, in);
         }
@@ -710,7 +714,7 @@ TEST_CASE("batch-norm kernels: grad_grad_apply with one output")
     };
     std::vector<variant> variants{{"reference", &cpu::reference::bn_grad_grad_apply, cpu::simd_level::avx2_fma}};
     for (const auto level : simd_levels())
-        variants.push_back({std::string("level ") + level_name(level), &cpu::bn_grad_grad_apply, level});
+        variants.push_back({std::string("level ") + level_name(level), fast_table.bn_grad_grad_apply, level});
     for (const shape s : {shape{67, 5, 1}, shape{3, 2, 67}, shape{17, 3, 3}})
         for (const auto& v : variants)
         {
@@ -770,9 +774,9 @@ TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exa
         for (const auto level : simd_levels())
         {
             cpu::limit_simd_level(level);
-            cpu::bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0, false,
+            fast_table.bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0, false,
                               dt, s.outer, s.C, s.inner);
-            cpu::bn_grad_inference(dx_got.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr, scale.data(),
+            fast_table.bn_grad_inference(dx_got.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr, scale.data(),
                                    zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
             INFO(str(s), " level ", level_name(level));
             CHECK(same_bits(y_got, y_want));
