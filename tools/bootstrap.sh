@@ -3,9 +3,10 @@
 #
 #   tools/bootstrap.sh example [ARGS]  install missing Debian packages (and the Fashion-MNIST
 #                                      data), build, train examples/train_fashion_mnist [ARGS]
-#   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, build, run ctest, then
-#                                      build again with ASan+UBSan and run the tests there too
-#                                      (ARGS go to ctest, e.g. `-L gradcheck`)
+#   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, check the C++ formatting
+#                                      (tools/check_format.sh), build with warnings as errors,
+#                                      run ctest, then build again with ASan+UBSan and run the
+#                                      tests there too (ARGS go to ctest, e.g. `-L gradcheck`)
 #
 # The CUDA backend: where nvcc is installed, the first build compiles it for the GPU (its
 # `cuda` tests skip when no GPU is present). The sanitizer build compiles the same backend
@@ -21,7 +22,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 usage: tools/bootstrap.sh example [ARGS...]   build, then train build/examples/train_fashion_mnist [ARGS...]
-       tools/bootstrap.sh test [ARGS...]      build, then run ctest [ARGS...] (e.g. -L gradcheck)
+       tools/bootstrap.sh test [ARGS...]      check the formatting, build (warnings as errors), then run
+                                              ctest [ARGS...] (e.g. -L gradcheck), also under ASan+UBSan
 
 Installs missing Debian packages first (as root; otherwise prints the apt-get line to run).
 Environment: BUILD_DIR=<dir> (default: build)
@@ -59,12 +61,17 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "Needed: CMake >= 3.20, a C++17 compiler, make or ninja, xtensor, xtl, xsimd, doctest,"
   echo "zlib, OpenBLAS, nlohmann-json and pkg-config, and the Fashion-MNIST files (IDX, gzip) in"
   echo "/usr/share/datasets/fashion-mnist or a folder given to the example with --data-dir."
+  echo "The test mode also needs clang-format (version 14) for its format check."
 else
   packages=(cmake g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
             nlohmann-json3-dev pkg-config dataset-fashion-mnist)
   # Thrust and CUB for the CUDA backend's OpenMP test build, when no CUDA toolkit brings them.
   if [[ $mode == test && ! -f /usr/local/cuda/include/cccl/thrust/version.h ]]; then
     packages+=(libthrust-dev libcub-dev)
+  fi
+  # The format check of the test mode.
+  if [[ $mode == test ]]; then
+    packages+=(clang-format)
   fi
   # A build tool: ninja-build if it is there, otherwise make.
   if is_installed ninja-build; then
@@ -95,12 +102,22 @@ else
   fi
 fi
 
-# ---- 2. Configure and build ----------------------------------------------------------------
+# ---- 2. Format check (test mode) -----------------------------------------------------------
+# Before the long builds, so that a formatting slip fails in seconds.
+if [[ $mode == test ]]; then
+  step "Checking the C++ formatting: tools/check_format.sh"
+  if ! tools/check_format.sh; then
+    die "C++ files are not formatted (list above); run tools/check_format.sh --fix and commit the result"
+  fi
+fi
+
+# ---- 3. Configure and build ----------------------------------------------------------------
 configure_args=(-S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release)
 if [[ $mode == example ]]; then
   configure_args+=(-DXGRAD_BUILD_EXAMPLES=ON)
 else
-  configure_args+=(-DXGRAD_BUILD_TESTS=ON)
+  # The test builds treat warnings as errors, so that no warning slips in unnoticed.
+  configure_args+=(-DXGRAD_BUILD_TESTS=ON -DXGRAD_WERROR=ON)
 fi
 # Ninja when available, but never switch the generator of an existing build directory.
 if [[ ! -f "$build_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
@@ -113,7 +130,7 @@ cmake "${configure_args[@]}"
 step "Building: cmake --build $build_dir -j$jobs"
 cmake --build "$build_dir" -j"$jobs"
 
-# ---- 3. Run --------------------------------------------------------------------------------
+# ---- 4. Run --------------------------------------------------------------------------------
 if [[ $mode == example ]]; then
   exe="$build_dir/examples/train_fashion_mnist"
   [[ -x "$exe" ]] || die "$exe was not built"
@@ -129,7 +146,7 @@ else
   if [[ ${XGRAD_SKIP_SANITIZERS:-0} != 1 ]]; then
     san_dir=${SANITIZE_BUILD_DIR:-$build_dir-sanitize}
     san_args=(-S . -B "$san_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXGRAD_SANITIZE=ON -DXGRAD_USE_CUDA=OFF
-              -DXGRAD_CUDA_ON_CPU=ON -DXGRAD_BUILD_EXAMPLES=ON -DXGRAD_BUILD_TESTS=ON)
+              -DXGRAD_CUDA_ON_CPU=ON -DXGRAD_BUILD_EXAMPLES=ON -DXGRAD_BUILD_TESTS=ON -DXGRAD_WERROR=ON)
     if [[ ! -f "$san_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
       san_args+=(-G Ninja)
     fi
