@@ -17,8 +17,10 @@
 //   first), except where a backend's own limit is narrower than this contract (the CPU GEMM
 //   takes int dimensions and throws std::invalid_argument beyond INT_MAX).
 // - CPU kernels parallelise over the framework's thread pool; results do not depend on the
-//   number of threads except where documented (none at present: reductions use a fixed
-//   blocking independent of the thread count).
+//   number of threads except where documented: reductions use a fixed blocking independent of
+//   the thread count; the one exception is a CPU matmul whose single product is split into
+//   blocks over the threads (backends/cpu/kernels/matmul.cpp), which may differ in the last
+//   bits between thread counts, as OpenBLAS's own threading does.
 // - The window kernels (unfold2d, fold2d) take every floating dtype and copy elements
 //   without converting them; fold2d sums 16-bit values in float32 and rounds once.
 #include <cstdint>

@@ -4,7 +4,7 @@
 // how finely it is split over threads. Whether the fast kernel runs at all is decided once, in
 // core/src/dispatch.cpp, which serves the reference table at simd_level::scalar.
 //
-// - The SIMD code is compiled per instruction set in kernels_<arch>.cpp; xsimd::dispatch picks
+// - The SIMD code is compiled per instruction set in simd/<arch>.cpp; xsimd::dispatch picks
 //   one at run time (simd_call), capped by limit_simd_level (simd/level.hpp; simd/level.cpp
 //   implements the choice).
 // - Threads split the flat element range (parallel_for, >= `grain` elements a chunk, so small

@@ -1,5 +1,5 @@
 #pragma once
-// Progress display for training loops (xgrad::train::fit_classifier draws one per epoch).
+// Progress display for training loops (xgrad::train::trainer::fit draws one per epoch).
 //
 // On a terminal, progress_bar redraws one line in place ("\r", then the line padded with
 // spaces over the previous one; no escape codes), at most every redraw_interval seconds and
