@@ -27,7 +27,7 @@
 
 /// The op codes of the elementwise and reduction kernels, each list X(name) in enum order. A
 /// new op code joins its list here, gets its formula in backends/common/op_math.hpp, and its
-/// row in the tests' op table (tests/op_cases.hpp), which a test checks against these lists.
+/// row in the tests' op table (tests/support/op_cases.hpp), which a test checks against these lists.
 /// Unary: neg -x; exp e^x; log ln x; sqrt; rsqrt 1/sqrt(x); abs |x|; relu max(x, 0) with
 /// relu(NaN) = NaN; sigmoid 1/(1+e^-x), without overflow for large |x|; tanh.
 #define XGRAD_UNARY_OPS(X) X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(relu) X(sigmoid) X(tanh)

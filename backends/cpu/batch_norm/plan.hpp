@@ -41,7 +41,7 @@
 //   146 / 83 for double;
 // so |computed - exact| <= (85 + ceil(log2 R)) * u * sum |t_i| for float (148 for double):
 // for R = 10^6 float terms, 105 u = 6.3e-6 relative to sum |t_i|, against R u ~ 0.06 for a
-// naive left-to-right float loop. tests/test_batch_norm_kernels.cpp checks these bounds.
+// naive left-to-right float loop. tests/backends/cpu/test_batch_norm_kernels.cpp checks these bounds.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>

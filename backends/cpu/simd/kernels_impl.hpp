@@ -21,7 +21,7 @@
 //   sigmoid   3 / 3        2 / 2
 //   sqrt, rsqrt: exact (sqrt is IEEE-exact; rsqrt is 1 / sqrt(x), not the approximate rsqrt
 //   instruction, so it equals the scalar 1 / std::sqrt(x) bit for bit).
-// NaN results agree everywhere. tests/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
+// NaN results agree everywhere. tests/backends/cpu/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
 // reference.
 #include "backends/cpu/simd/kernels.hpp"
 

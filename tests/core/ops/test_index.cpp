@@ -1,0 +1,124 @@
+// take / put_add (gather and scatter-add by position) and the max-pooling selection built on
+// them: values against hand computations, adjointness, 16-bit accumulation, the kernels'
+// assign contract with pre-filled outputs, tie and NaN rules, and clear errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "tests/support/check_error.hpp"
+#include "xgrad/xgrad.hpp"
+
+using namespace xgrad;
+
+namespace
+{
+    tensor positions(const std::vector<std::int64_t>& p, const shape_type& shape)
+    {
+        return from_host(p.data(), shape, dtype::int64);
+    }
+}
+
+TEST_CASE("take gathers, put_add scatters and adds repeats; they are adjoint")
+{
+    const double xv[6] = {10, 11, 12, 13, 14, 15};
+    const tensor x = from_host(xv, {2, 3}, dtype::float64);
+    const tensor idx = positions({5, 0, 5, 2}, {2, 2});
+    CHECK(take(x, idx).shape() == shape_type{2, 2});
+    CHECK(to_vector(take(x, idx)) == std::vector<double>{15, 10, 15, 12});
+    // Positions are row-major whatever the strides: x^T's element 1 is x[1][0] = 13.
+    CHECK(to_vector(take(x.transpose(0, 1), positions({1}, {1}))) == std::vector<double>{13});
+
+    const double gv[4] = {1, 2, 4, 8};
+    const tensor g = from_host(gv, {2, 2}, dtype::float64);
+    CHECK(to_vector(put_add(g, idx, {2, 3})) == std::vector<double>{2, 0, 8, 0, 0, 5});
+
+    // <take(x, i), g> == <x, put_add(g, i)> for random x and g, with repeated positions.
+    generator gen(1);
+    const tensor xr = randn({4, 5}, gen, dtype::float64), gr = randn({3, 7}, gen, dtype::float64);
+    std::vector<std::int64_t> p(21);
+    for (auto& e : p)
+        e = static_cast<std::int64_t>(gen.below(20));
+    const tensor ir = positions(p, {3, 7});
+    const double lhs = sum(take(xr, ir) * gr).item(), rhs = sum(xr * put_add(gr, ir, {4, 5})).item();
+    // Both are sums of the same 21 products in float64: equal to rounding.
+    CHECK(std::abs(lhs - rhs) <= 1e-12 * (1 + std::abs(lhs)));
+}
+
+TEST_CASE("put_add of 16-bit data accumulates in float32 and rounds once")
+{
+    // bfloat16 has 8 significant bits: summing 1000 ones in bfloat16 would stall at 256.
+    const tensor g = ones({1000}, dtype::bfloat16);
+    const tensor idx = zeros({1000}, dtype::int64);
+    CHECK(to_vector(put_add(g, idx, {2})) == std::vector<double>{1000, 0});
+    CHECK(to_vector(put_add(ones({1000}, dtype::float16), idx, {1})) == std::vector<double>{1000});
+}
+
+TEST_CASE("index kernels assign every output element (pre-filled outputs)")
+{
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float x[4] = {1, 2, 3, 4};
+    const std::int64_t idx[3] = {3, 3, 1};
+    std::vector<float> out(4, nan);
+    CHECK(cpu::put_add(out.data(), 4, x, idx, dtype::float32, 3) == -1);
+    CHECK(out == std::vector<float>{0, 3, 0, 3});
+    std::vector<float> gathered(3, nan);
+    CHECK(cpu::take(gathered.data(), x, 4, idx, dtype::float32, 3) == -1);
+    CHECK(gathered == std::vector<float>{4, 4, 2});
+    // A bad position is reported and nothing is written.
+    const std::int64_t bad[2] = {0, 4};
+    std::vector<float> untouched(2, 7.0f);
+    CHECK(cpu::take(untouched.data(), x, 4, bad, dtype::float32, 2) == 1);
+    CHECK(untouched == std::vector<float>{7, 7});
+
+    // The window argmax over a 1x1x3x3 image, 2x2 windows with stride 1.
+    const float img[9] = {1, 5, 2, 7, 3, 9, 4, 8, 6};
+    const kernels::window2d_dims d{1, 1, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 2, 2};
+    const std::int64_t xs[4] = {9, 9, 3, 1}, is[4] = {4, 4, 2, 1};
+    std::vector<std::int64_t> am(4, -7);
+    cpu::max_pool2d_argmax(am.data(), is, img, xs, dtype::float32, d);
+    CHECK(am == std::vector<std::int64_t>{3, 5, 7, 5}); // maxima 7, 9, 8, 9
+}
+
+TEST_CASE("max_pool2d: the first maximum of a window gets the gradient; NaN propagates")
+{
+    // One 2x2 window of equal values: all of the gradient goes to the first (kh, kw) element.
+    const tensor x = ones({1, 1, 2, 2}, dtype::float64).requires_grad_();
+    pool2d_params p;
+    sum(max_pool2d(x, p)).backward();
+    CHECK(to_vector(x.grad()) == std::vector<double>{1, 0, 0, 0});
+
+    // Overlapping windows choosing the same element add up (stride 1 over a 1x3 row).
+    const double v[3] = {0, 5, 1};
+    const tensor r = from_host(v, {1, 1, 1, 3}, dtype::float64).requires_grad_();
+    pool2d_params q;
+    q.kernel = {1, 2};
+    q.stride = std::array<std::int64_t, 2>{1, 1};
+    sum(max_pool2d(r, q)).backward();
+    CHECK(to_vector(r.grad()) == std::vector<double>{0, 2, 0});
+
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double w[4] = {1, nan, 3, 2};
+    const auto y = to_vector(max_pool2d(from_host(w, {1, 1, 2, 2}, dtype::float64), p));
+    CHECK(std::isnan(y[0]));
+
+    // Padding never wins, even over negative numbers.
+    const tensor neg = full({1, 1, 2, 2}, -5.0, dtype::float64);
+    pool2d_params padded;
+    padded.padding = {1, 1};
+    for (double e : to_vector(max_pool2d(neg, padded)))
+        CHECK(e == -5.0);
+}
+
+TEST_CASE("take / put_add: clear errors")
+{
+    const tensor x = zeros({2, 3});
+    CHECK_ERROR(take(x, positions({6}, {1})), xgrad::invalid_argument, "take", "idx[0]", "= 6", "[0, 6)");
+    CHECK_ERROR(take(x, positions({0, -1}, {2})), xgrad::invalid_argument, "take", "idx[1]", "-1");
+    CHECK_ERROR(take(x, zeros({2})), xgrad::invalid_argument, "take", "int64");
+    CHECK_ERROR(take(zeros({2}, dtype::int64), positions({0}, {1})), xgrad::invalid_argument, "floating");
+    CHECK_ERROR(put_add(zeros({2}), positions({0, 9}, {2}), {3}), xgrad::invalid_argument, "put_add", "idx[1]", "9");
+    CHECK_ERROR(put_add(zeros({3}), positions({0, 1}, {2}), {3}), xgrad::invalid_argument, "put_add", "[3]", "[2]");
+}

@@ -1,0 +1,475 @@
+// xgrad::train's progress bar (terminal and log output, driven by an injected clock),
+// duration formatting, the SVG chart of metrics and the CSV metrics log.
+#include "xgrad/train/metrics.hpp"
+#include "xgrad/train/progress.hpp"
+#include "tests/support/check_error.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace xgrad::train;
+
+namespace
+{
+    std::size_t count_of(const std::string& text, const std::string& part)
+    {
+        std::size_t count = 0;
+        for (auto pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + part.size()))
+        {
+            ++count;
+        }
+        return count;
+    }
+
+    // Whether "nan" or "inf" appears as a word start (not inside e.g. "dominant-baseline").
+    bool has_non_finite_text(const std::string& text)
+    {
+        for (const char* word : {"nan", "inf"})
+        {
+            for (auto pos = text.find(word); pos != std::string::npos; pos = text.find(word, pos + 1))
+            {
+                if (pos == 0 || !std::isalpha(static_cast<unsigned char>(text[pos - 1])))
+                {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
+    std::vector<std::string> split(const std::string& text, char separator)
+    {
+        std::vector<std::string> parts;
+        std::string part;
+        std::istringstream in(text);
+        while (std::getline(in, part, separator))
+        {
+            parts.push_back(part);
+        }
+        return parts;
+    }
+
+    // A clock the test advances by hand.
+    struct manual_clock
+    {
+        double now = 100.0;
+        progress_bar::clock_type function()
+        {
+            return [this] { return now; };
+        }
+    };
+
+    // A fresh folder under the system temporary folder, removed at the end of the scope.
+    struct scratch_dir
+    {
+        fs::path path;
+        scratch_dir()
+        {
+            static int counter = 0;
+            path = fs::temp_directory_path()
+                   / ("xgrad_test_plot_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+            fs::remove_all(path);
+            fs::create_directories(path);
+        }
+        ~scratch_dir()
+        {
+            std::error_code ignored;
+            fs::remove_all(path, ignored);
+        }
+        std::vector<std::string> entries() const
+        {
+            std::vector<std::string> names;
+            for (const auto& entry : fs::directory_iterator(path))
+            {
+                names.push_back(entry.path().filename().string());
+            }
+            return names;
+        }
+    };
+
+    std::string read_text(const fs::path& path)
+    {
+        std::ifstream in(path, std::ios::binary);
+        std::ostringstream text;
+        text << in.rdbuf();
+        return text.str();
+    }
+
+    void write_text(const fs::path& path, const std::string& text)
+    {
+        std::ofstream out(path, std::ios::binary);
+        out << text;
+    }
+
+    // Checks that every element opened in the document is closed in order; returns the
+    // number of elements.
+    std::size_t check_tags_balanced(const std::string& svg)
+    {
+        std::vector<std::string> open;
+        std::size_t elements = 0;
+        for (auto pos = svg.find('<'); pos != std::string::npos; pos = svg.find('<', pos + 1))
+        {
+            const auto end = svg.find('>', pos);
+            REQUIRE(end != std::string::npos);
+            const std::string tag = svg.substr(pos + 1, end - pos - 1);
+            REQUIRE(!tag.empty());
+            if (tag[0] == '/')
+            {
+                REQUIRE_MESSAGE(!open.empty(), "closing " << tag << " with nothing open");
+                CHECK(open.back() == tag.substr(1));
+                open.pop_back();
+                continue;
+            }
+            ++elements;
+            if (tag.back() != '/')
+            {
+                open.push_back(tag.substr(0, tag.find_first_of(" \n")));
+            }
+        }
+        CHECK(open.empty());
+        return elements;
+    }
+
+    std::vector<epoch_metrics> three_epochs()
+    {
+        return {{1, 0.52, 0.81, 0.41, 0.85, 30.5},
+                {2, 0.35, 0.87, 0.33, 0.88, 29.8},
+                {3, 0.30, 0.89, 0.31, 0.885, 30.1}};
+    }
+
+    constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
+}
+
+TEST_CASE("format_duration")
+{
+    CHECK(format_duration(0.0) == "0.0s");
+    CHECK(format_duration(12.34) == "12.3s");
+    CHECK(format_duration(59.94) == "59.9s");
+    CHECK(format_duration(59.96) == "1m00s");
+    CHECK(format_duration(65.0) == "1m05s");
+    CHECK(format_duration(3599.4) == "59m59s");
+    CHECK(format_duration(3723.0) == "1h02m03s");
+    CHECK(format_duration(-1.0) == "--");
+    CHECK(format_duration(not_a_number) == "--");
+    CHECK(format_duration(std::numeric_limits<double>::infinity()) == "--");
+}
+
+TEST_CASE("progress_bar: plain lines every tenth of the epoch when not a terminal")
+{
+    manual_clock clock;
+    std::ostringstream out;
+    progress_bar bar("epoch 1/2", 100, out, false, clock.function());
+    for (std::size_t batch = 1; batch <= 100; ++batch)
+    {
+        clock.now = 100.0 + 0.01 * static_cast<double>(batch);
+        bar.update(batch, batch * 64, 0.5);
+    }
+    const double seconds = bar.finish();
+    CHECK(seconds == doctest::Approx(1.0));
+
+    const std::string text = out.str();
+    CHECK(text.find('\r') == std::string::npos);
+    CHECK(text.find('\x1b') == std::string::npos);
+    const auto lines = split(text, '\n');
+    REQUIRE(lines.size() == 10); // at 10%, 20%, ..., 90%, then the final line
+    CHECK(lines[0] == "epoch 1/2: 10/100 batches (10%), 6400 img/s, loss 0.5000, ETA 0.9s");
+    CHECK(lines[4] == "epoch 1/2: 50/100 batches (50%), 6400 img/s, loss 0.5000, ETA 0.5s");
+    CHECK(lines[9] == "epoch 1/2: 100/100 batches, 6400 img/s, loss 0.5000, done in 1.0s");
+    CHECK(text.back() == '\n');
+
+    // finish() once more prints nothing and keeps the time.
+    clock.now += 5.0;
+    CHECK(bar.finish() == doctest::Approx(1.0));
+    CHECK(out.str() == text);
+}
+
+TEST_CASE("progress_bar: few batches still print at most one line each")
+{
+    manual_clock clock;
+    std::ostringstream out;
+    progress_bar bar("eval", 3, out, false, clock.function());
+    for (std::size_t batch = 1; batch <= 3; ++batch)
+    {
+        clock.now += 2.0;
+        bar.update(batch, batch * 10, 1.0);
+    }
+    bar.finish();
+    const auto lines = split(out.str(), '\n');
+    REQUIRE(lines.size() == 3); // 33%, 66%, final
+    CHECK(lines[0].find("1/3 batches (33%)") != std::string::npos);
+    CHECK(lines[0].find("ETA 4.0s") != std::string::npos);
+    CHECK(lines[2].find("done in 6.0s") != std::string::npos);
+}
+
+TEST_CASE("progress_bar: redraws one line in place on a terminal")
+{
+    manual_clock clock;
+    std::ostringstream out;
+    progress_bar bar("epoch 1/2", 4, out, true, clock.function());
+    clock.now += 1.0;
+    bar.update(1, 32, 2.5);
+    CHECK(out.str() == "\repoch 1/2 [######..................] 1/4 32.0 img/s loss 2.5000 ETA 3.0s");
+    clock.now += 1.0;
+    bar.update(2, 64, 2.25);
+    clock.now += 2.0;
+    bar.update(4, 128, 2.0);
+    CHECK(bar.finish() == doctest::Approx(4.0));
+
+    const std::string text = out.str();
+    CHECK(count_of(text, "\n") == 1);
+    CHECK(text.back() == '\n');
+    const auto draws = split(text.substr(1, text.size() - 2), '\r');
+    REQUIRE(draws.size() == 4);
+    CHECK(draws[1] == "epoch 1/2 [############............] 2/4 32.0 img/s loss 2.2500 ETA 2.0s");
+    CHECK(draws[2].find("4/4") != std::string::npos);
+    CHECK(draws[2].find("ETA 0.0s") != std::string::npos);
+    // The final line is padded with spaces over the longer one before it.
+    CHECK(draws[3].size() == draws[2].size());
+    CHECK(draws[3].rfind("epoch 1/2 [########################] 4/4 32.0 img/s loss 2.0000 in 4.0s ", 0) == 0);
+    CHECK(text.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("progress_bar: terminal redraws are rate limited but the last batch always shows")
+{
+    manual_clock clock;
+    std::ostringstream out;
+    const std::size_t total = 1000;
+    progress_bar bar("epoch 3/10", total, out, true, clock.function());
+    for (std::size_t batch = 1; batch <= total; ++batch)
+    {
+        clock.now = 100.0 + 0.001 * static_cast<double>(batch); // one second in all
+        bar.update(batch, batch * 64, 1.0 / static_cast<double>(batch));
+    }
+    bar.finish();
+    const std::string text = out.str();
+    const std::size_t redraws = count_of(text, "\r");
+    CHECK(redraws >= 10);
+    CHECK(redraws <= 13); // about ten a second, the last batch, and finish()
+    const auto draws = split(text.substr(1, text.size() - 2), '\r');
+    for (const auto& draw : draws)
+    {
+        CHECK(draw.size() <= progress_bar::max_columns);
+    }
+    CHECK(draws[draws.size() - 2].find("1000/1000") != std::string::npos);
+    CHECK(draws.back().find("in 1.0s") != std::string::npos);
+    CHECK(draws.back().find("64000 img/s") != std::string::npos);
+
+    // Reports at the same instant are not redrawn, except the last batch.
+    std::ostringstream quick;
+    progress_bar fast("fast", 5, quick, true, clock.function());
+    for (std::size_t batch = 1; batch <= 5; ++batch)
+    {
+        fast.update(batch, batch, 0.1);
+    }
+    CHECK(count_of(quick.str(), "\r") == 2);
+    CHECK(quick.str().find("5/5") != std::string::npos);
+    CHECK(quick.str().find("-- img/s") != std::string::npos); // no time elapsed yet
+}
+
+TEST_CASE("progress_bar: a shorter redraw covers the previous line, a long label is cut")
+{
+    manual_clock clock;
+    std::ostringstream out;
+    progress_bar bar("epoch 1/1", 10, out, true, clock.function());
+    clock.now += 1.0;
+    bar.update(1, 1, 123456789.0);
+    clock.now += 1.0;
+    bar.update(2, 2, 1.0);
+    const auto draws = split(out.str().substr(1), '\r');
+    REQUIRE(draws.size() == 2);
+    CHECK(draws[1].size() == draws[0].size());
+    CHECK(draws[1].find("loss 1.0000 ETA 8.0s   ") != std::string::npos);
+
+    std::ostringstream wide;
+    progress_bar labelled(std::string(300, 'x'), 10, wide, true, clock.function());
+    labelled.update(1, 1, 1.0);
+    labelled.finish();
+    const std::string text = wide.str();
+    for (const auto& draw : split(text.substr(1, text.size() - 2), '\r'))
+    {
+        CHECK(draw.size() <= progress_bar::max_columns);
+        CHECK(draw.find("...") != std::string::npos);
+    }
+}
+
+TEST_CASE("progress_bar: bad use is reported")
+{
+    std::ostringstream out;
+    CHECK_ERROR(progress_bar("epoch 1/1", 0, out, false), std::invalid_argument, "epoch 1/1", "total_batches");
+    progress_bar bar("epoch 1/1", 5, out, false);
+    CHECK_ERROR(bar.update(6, 6, 0.0), std::invalid_argument, "batches_done 6", "total_batches 5");
+    bar.update(5, 5, 0.0);
+    CHECK(bar.finish() >= 0.0);
+    CHECK_ERROR(bar.update(5, 5, 0.0), std::logic_error, "after finish");
+}
+
+TEST_CASE("metrics_svg: two panels, one path and one circle per point per series")
+{
+    const std::string svg = metrics_svg(three_epochs(), "Fashion-MNIST");
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(svg.substr(svg.find_last_not_of("\n") - 5, 6) == "</svg>");
+    CHECK(svg.find("xmlns=\"http://www.w3.org/2000/svg\"") != std::string::npos);
+    CHECK(check_tags_balanced(svg) > 50);
+
+    CHECK(count_of(svg, "<path ") == 4);
+    for (const char* series : {"loss-train", "loss-test", "accuracy-train", "accuracy-test"})
+    {
+        CAPTURE(series);
+        CHECK(count_of(svg, std::string("class=\"series ") + series + "\"") == 1);
+        CHECK(count_of(svg, std::string("class=\"point ") + series + "\"") == 3);
+    }
+    CHECK(count_of(svg, "class=\"panel ") == 2);
+    CHECK(svg.find("class=\"legend\"") != std::string::npos);
+    CHECK(svg.find(">epoch</text>") != std::string::npos);
+    CHECK(svg.find(">accuracy (%)</text>") != std::string::npos);
+    CHECK(svg.find("88.50%") != std::string::npos); // last test accuracy, in percent
+    CHECK(svg.find(">Fashion-MNIST</text>") != std::string::npos);
+    CHECK(!has_non_finite_text(svg));
+}
+
+TEST_CASE("metrics_svg: the title is escaped, one epoch shows, NaN is skipped")
+{
+    const std::string escaped = metrics_svg(three_epochs(), "a < b & \"c\" > 'd'");
+    CHECK(escaped.find("a &lt; b &amp; &quot;c&quot; &gt; &apos;d&apos;") != std::string::npos);
+    CHECK(escaped.find("a < b") == std::string::npos);
+    check_tags_balanced(escaped);
+
+    const std::string one = metrics_svg({{1, 0.6, 0.78, 0.5, 0.8, 31.0}}, "one");
+    check_tags_balanced(one);
+    CHECK(count_of(one, "<path ") == 4);
+    CHECK(count_of(one, "class=\"point ") == 4);
+    CHECK(!has_non_finite_text(one));
+
+    auto metrics = three_epochs();
+    metrics[1].test_loss = not_a_number;
+    metrics[2].train_accuracy = std::numeric_limits<double>::infinity();
+    const std::string gaps = metrics_svg(metrics, "gaps");
+    check_tags_balanced(gaps);
+    CHECK(count_of(gaps, "class=\"point loss-test\"") == 2);
+    CHECK(count_of(gaps, "class=\"point accuracy-train\"") == 2);
+    CHECK(count_of(gaps, "class=\"series loss-test\"") == 1);
+    const auto path_start = gaps.find("class=\"series loss-test\" d=\"");
+    const auto path_end = gaps.find('"', path_start + 29);
+    CHECK(count_of(gaps.substr(path_start, path_end - path_start), "M") == 2); // broken at the gap
+    CHECK(!has_non_finite_text(gaps));
+
+    for (auto& m : metrics)
+    {
+        m.test_loss = not_a_number;
+    }
+    const std::string no_test_loss = metrics_svg(metrics, "none");
+    CHECK(count_of(no_test_loss, "class=\"series loss-test\"") == 0);
+    CHECK(count_of(no_test_loss, "<path ") == 3);
+
+    const std::string empty = metrics_svg({}, "empty");
+    check_tags_balanced(empty);
+    CHECK(count_of(empty, "<path ") == 0);
+
+    auto percent = three_epochs();
+    percent[2].test_accuracy = 88.5;
+    CHECK_ERROR(metrics_svg(percent, "t"), std::invalid_argument, "epoch 3", "test_accuracy", "[0, 1]");
+}
+
+TEST_CASE("write_metrics_svg: atomic write, clear error for a missing folder")
+{
+    scratch_dir dir;
+    const fs::path path = dir.path / "metrics.svg";
+    write_text(path, "old");
+    write_metrics_svg(path, three_epochs(), "run");
+    CHECK(read_text(path) == metrics_svg(three_epochs(), "run"));
+    CHECK(dir.entries() == std::vector<std::string>{"metrics.svg"});
+
+    const std::string missing = (dir.path / "no_such_folder" / "metrics.svg").string();
+    CHECK_ERROR(write_metrics_svg(missing, three_epochs(), "run"), std::runtime_error, missing.c_str());
+    CHECK_ERROR(write_metrics_svg(dir.path / "bad.svg", {{1, 0.5, 50.0, 0.5, 0.5, 1.0}}, "run"),
+                std::invalid_argument, "bad.svg", "train_accuracy");
+    CHECK(dir.entries() == std::vector<std::string>{"metrics.svg"});
+}
+
+TEST_CASE("metrics CSV: round trip at full precision")
+{
+    scratch_dir dir;
+    const fs::path path = dir.path / "metrics.csv";
+    std::vector<epoch_metrics> metrics = three_epochs();
+    metrics[0].train_loss = 1.0 / 3.0;
+    metrics[1].test_accuracy = 0.1 + 0.2;
+    metrics[2].seconds = not_a_number;
+    metrics[2].test_loss = -std::numeric_limits<double>::infinity();
+    write_metrics_csv(path, metrics);
+    CHECK(dir.entries() == std::vector<std::string>{"metrics.csv"});
+
+    const std::string text = read_text(path);
+    CHECK(text.rfind("epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds\n", 0) == 0);
+    CHECK(count_of(text, "\n") == 4);
+
+    const auto back = read_metrics_csv(path);
+    REQUIRE(back.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i)
+    {
+        CAPTURE(i);
+        CHECK(back[i].epoch == metrics[i].epoch);
+        CHECK(back[i].train_loss == metrics[i].train_loss);
+        CHECK(back[i].train_accuracy == metrics[i].train_accuracy);
+        CHECK(back[i].test_accuracy == metrics[i].test_accuracy);
+        if (i < 2)
+        {
+            CHECK(back[i].test_loss == metrics[i].test_loss);
+            CHECK(back[i].seconds == metrics[i].seconds);
+        }
+    }
+    CHECK(std::isnan(back[2].seconds));
+    CHECK(back[2].test_loss == -std::numeric_limits<double>::infinity());
+
+    // Appending a row, as a resumed run does, keeps the earlier ones.
+    auto appended = back;
+    appended.push_back({4, 0.28, 0.9, 0.3, 0.89, 30.0});
+    write_metrics_csv(path, appended);
+    CHECK(read_metrics_csv(path).size() == 4);
+
+    // Only the header: no rows. Windows line ends and blank lines are accepted.
+    write_metrics_csv(path, {});
+    CHECK(read_metrics_csv(path).empty());
+    write_text(path, std::string(metrics_csv_header) + "\r\n2,0.5,0.75,0.25,0.8,12\r\n\r\n");
+    const auto crlf = read_metrics_csv(path);
+    REQUIRE(crlf.size() == 1);
+    CHECK(crlf[0].epoch == 2);
+    CHECK(crlf[0].seconds == 12.0);
+}
+
+TEST_CASE("metrics CSV: malformed files name the path and line")
+{
+    scratch_dir dir;
+    const fs::path path = dir.path / "metrics.csv";
+    const std::string header = std::string(metrics_csv_header) + "\n";
+    const std::string where = path.string();
+    const std::string good = "1,0.5,0.8,0.4,0.85,30\n";
+
+    write_text(path, header + good + "2,0.5,0.9,0.4\n");
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, where.c_str(), "line 3", "expected 6", "got 4");
+    write_text(path, header + good + good + "3,0.5,abc,0.4,0.8,1\n");
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, "line 4", "train_accuracy 'abc'");
+    write_text(path, header + "1.5,0.5,0.8,0.4,0.85,30\n");
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, "line 2", "epoch '1.5'");
+    write_text(path, header + "1,0.5,0.8,0.4,0.85,\n");
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, "line 2", "seconds");
+    write_text(path, "epoch,loss\n" + good);
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, "line 1", "header");
+    write_text(path, "");
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, where.c_str(), "empty");
+
+    const std::string missing = (dir.path / "absent.csv").string();
+    CHECK_ERROR(read_metrics_csv(missing), std::runtime_error, missing.c_str());
+    const std::string nowhere = (dir.path / "no_such_folder" / "metrics.csv").string();
+    CHECK_ERROR(write_metrics_csv(nowhere, three_epochs()), std::runtime_error, nowhere.c_str());
+    CHECK(dir.entries() == std::vector<std::string>{"metrics.csv"});
+}

@@ -1,0 +1,195 @@
+#pragma once
+// The table of first- and second-order finite-difference checks of every differentiable op:
+// one row per op, so adding an op to the checks costs one line. The unary op codes' rows come
+// from the op table (tests/support/op_cases.hpp), so a unary op added there is checked here too.
+// test_gradcheck.cpp runs it on the CPU, test_cuda_gradcheck.cpp on cuda:0 (make_inputs puts
+// the inputs on a device; the rows' constants follow them with on()).
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tests/support/op_cases.hpp"
+#include "xgrad/xgrad.hpp"
+
+namespace gradcheck_cases
+{
+    using namespace xgrad;
+
+    using args = std::vector<tensor>;
+
+    /// Where an op's inputs are drawn (the op table's domains, tests/support/op_cases.hpp).
+    using tests::domain;
+
+    struct op_case
+    {
+        const char* name;
+        std::vector<shape_type> shapes;
+        domain dom;
+        std::function<tensor(const args&)> f;
+        /// When set, inputs are redrawn (from further seeds) until it accepts them: for kinks
+        /// that depend on several inputs together, which a per-input domain cannot avoid.
+        std::function<bool(const args&)> accept = nullptr;
+    };
+
+    // Positions into a [3, 4] tensor, with repeats (put_add adds them up; take's gradient too).
+    /// t on the device of the op's inputs: the table's constants live on the CPU and follow
+    /// the inputs, so the same rows run on every device.
+    inline tensor on(const args& x, const tensor& t) { return t.to(x[0].device()); }
+
+    inline const tensor positions = [] {
+        const std::int64_t p[9] = {0, 5, 5, 11, 2, 7, 7, 7, 3};
+        return from_host(p, {3, 3}, dtype::int64);
+    }();
+
+    inline const tensor labels = [] {
+        const std::int64_t l[4] = {2, 0, 1, 2};
+        return from_host(l, {4}, dtype::int64);
+    }();
+
+    // Batch norm + ReLU (NCHW [2, 3, 2, 2] or NHWC [2, 2, 2, 3], 3 channels, epsilon 1e-3): the
+    // population statistics of inference, and the offset of the gradient rows.
+    inline const double bn_constants[9] = {0.3, -0.2, 0.1, 0.8, 1.3, 0.6, 0.4, -0.5, 0.2};
+    inline const tensor bn_mean = from_host(bn_constants, {3}, dtype::float64);
+    inline const tensor bn_var = from_host(bn_constants + 3, {3}, dtype::float64);
+    inline const tensor bn_offset = from_host(bn_constants + 6, {3}, dtype::float64);
+
+    inline batch_norm_attrs bn_attrs(const char* format, bool training)
+    {
+        batch_norm_attrs at;
+        at.data_format = format;
+        at.is_training = training;
+        at.epsilon = 1e-3f;
+        return at;
+    }
+
+    /// (x, scale, offset) -> y of fused_batch_norm_relu.
+    inline tensor bn_relu(const args& a, const char* format, bool training)
+    {
+        return fused_batch_norm_relu(a[0], a[1], a[2], on(a, bn_mean), on(a, bn_var), bn_attrs(format, training)).y;
+    }
+
+    /// (dy, x, scale) -> fused_batch_norm_relu_grad's three outputs, flattened and concatenated,
+    /// with y and (in training) the saved statistics recomputed from x and scale as a network's
+    /// forward would; offset bn_offset.
+    inline tensor bn_relu_grad(const args& a, const char* format, bool training)
+    {
+        const batch_norm_attrs at = bn_attrs(format, training);
+        const auto f = fused_batch_norm_relu(a[1].detach(), a[2].detach(), on(a, bn_offset), on(a, bn_mean), on(a, bn_var), at);
+        const auto r = fused_batch_norm_relu_grad(a[0], a[1], f.y, a[2], training ? f.reserve_space_1 : on(a, bn_mean),
+                                                  training ? f.reserve_space_2 : on(a, bn_var), at);
+        return concat({reshape(r.x_backprop, {-1}), r.scale_backprop, r.offset_backprop}, 0);
+    }
+
+    /// Accepts inputs whose batch-norm outputs before the ReLU are all at least 0.05 from its
+    /// kink at 0, far beyond the finite-difference steps, and of both signs (the mask is not
+    /// trivial): x, scale, offset are a[0], a[1], a[2] (the forward rows) or a[1], a[2] and
+    /// bn_offset (the gradient rows).
+    inline std::function<bool(const args&)> bn_away_from_kink(const char* format, bool training, bool grad_row)
+    {
+        return [=](const args& a) {
+            no_grad guard;
+            const std::size_t i = grad_row ? 1 : 0;
+            const tensor offset = grad_row ? on(a, bn_offset) : a[2];
+            const tensor y = fused_batch_norm(a[i], a[i + 1], offset, on(a, bn_mean), on(a, bn_var), bn_attrs(format, training)).y;
+            bool positive = false, negative = false;
+            for (double v : to_vector(y))
+            {
+                if (std::abs(v) < 0.05)
+                    return false;
+                (v > 0 ? positive : negative) = true;
+            }
+            return positive && negative;
+        };
+    }
+
+#define F(expr) [](const args& x) { (void)x; return expr; }
+    // clang-format off
+    inline const std::vector<op_case> cases = [] {
+    std::vector<op_case> rows = {
+        {"add (broadcast)",    {{3, 4}, {4}},           domain::any,      F(add(x[0], x[1]))},
+        {"sub (broadcast)",    {{3, 1}, {1, 4}},        domain::any,      F(sub(x[0], x[1]))},
+        {"mul (broadcast)",    {{2, 3, 4}, {3, 1}},     domain::any,      F(mul(x[0], x[1]))},
+        {"div (broadcast)",    {{3, 4}, {4}},           domain::positive, F(div(x[0], x[1]))},
+        {"pow (tensor)",       {{3, 4}, {3, 4}},        domain::positive, F(pow(x[0], x[1]))},
+        {"pow (scalar)",       {{3, 4}},                domain::positive, F(pow(x[0], 2.5))},
+        {"square",             {{3, 4}},                domain::any,      F(square(x[0]))},
+        {"where",              {{3, 4}, {4}},           domain::any,      F(where(gt(x[0].detach(), scalar_like(x[0], 0.0)), x[0], x[1]))},
+        {"sum (axes)",         {{2, 3, 4}},             domain::any,      F(sum(x[0], {0, 2}))},
+        {"sum (keepdim)",      {{2, 3, 4}},             domain::any,      F(sum(x[0], {-1}, true))},
+        {"sum (all)",          {{3, 4}},                domain::any,      F(sum(x[0]))},
+        {"mean",               {{2, 3, 4}},             domain::any,      F(mean(x[0], {1}))},
+        {"max (axis)",         {{3, 5}},                domain::any,      F(max(x[0], {1}))},
+        {"max (all, keepdim)", {{3, 4}},                domain::any,      F(max(x[0], {}, true))},
+        {"matmul",             {{3, 4}, {4, 2}},        domain::any,      F(matmul(x[0], x[1]))},
+        {"matmul (batched)",   {{2, 1, 3, 4}, {3, 4, 2}}, domain::any,    F(matmul(x[0], x[1]))},
+        {"matmul (vector)",    {{4}, {2, 4, 3}},        domain::any,      F(matmul(x[0], x[1]))},
+        {"matmul (transposed view)", {{4, 3}, {4, 2}},  domain::any,      F(matmul(transpose(x[0], 0, 1), x[1]))},
+        {"reshape",            {{3, 4}},                domain::any,      F(mul(reshape(x[0], {2, -1}), reshape(x[0], {2, 6})))},
+        {"permute",            {{2, 3, 4}},             domain::any,      F(mul(permute(x[0], {2, 0, 1}), permute(x[0], {2, 0, 1})))},
+        {"transpose",          {{3, 4}, {4, 3}},        domain::any,      F(mul(transpose(x[0], 0, 1), x[1]))},
+        {"slice",              {{5, 4}},                domain::any,      F(square(slice(x[0], 0, 1, 5, 2)))},
+        {"slice (negative)",   {{5, 4}},                domain::any,      F(square(slice(x[0], 1, -3, -1)))},
+        {"expand",             {{3, 1}},                domain::any,      F(square(expand(x[0], {2, 3, 4})))},
+        {"sum_to",             {{2, 3, 4}},             domain::any,      F(square(sum_to(x[0], {3, 1})))},
+        {"concat",             {{2, 3}, {4, 3}},        domain::any,      F(square(concat({x[0], x[1]}, 0)))},
+        {"pad",                {{2, 3}},                domain::any,      F(square(pad(x[0], {{1, 0}, {2, 1}}, 0.5)))},
+        {"contiguous",         {{3, 4}},                domain::any,      F(square(contiguous(transpose(x[0], 0, 1))))},
+        {"log_softmax",        {{3, 4}},                domain::any,      F(log_softmax(x[0], 1))},
+        {"softmax",            {{3, 4}},                domain::any,      F(softmax(x[0], 0))},
+        {"cross_entropy",      {{4, 3}},                domain::any,      F(cross_entropy(x[0], on(x, labels)))},
+        {"cross_entropy (smoothing, sum)", {{4, 3}},    domain::any,      F(cross_entropy(x[0], on(x, labels), reduction::sum, 0.1))},
+        {"mse_loss",           {{3, 4}, {3, 4}},        domain::any,      F(mse_loss(x[0], x[1]))},
+        {"take",               {{3, 4}},                domain::any,      F(square(take(x[0], on(x, positions))))},
+        {"put_add",            {{2, 3}},                domain::any,      F(square(put_add(x[0], on(x, positions.slice(0, 0, 2)), {3, 4})))},
+        {"unfold2d",           {{2, 2, 5, 4}},          domain::any,      F(square(unfold2d(x[0], window2d{{3, 2}, {2, 1}, {1, 1}, {1, 2}}, "NCHW", 0.5)))},
+        {"fold2d",             {{24, 12}},              domain::any,      F(square(fold2d(x[0], {2, 5, 4, 2}, window2d{{3, 2}, {2, 1}, {1, 1}, {1, 2}}, "NHWC")))},
+        {"conv2d (NCHW)",      {{2, 2, 5, 5}, {3, 2, 3, 3}, {3}}, domain::any, F(conv2d(x[0], x[1], x[2], conv2d_params{{2, 1}, {1, 1}, {1, 2}, 1}))},
+        {"conv2d (NHWC, groups)", {{2, 5, 4, 4}, {4, 2, 2, 3}, {4}}, domain::any, F(conv2d(x[0], x[1], x[2], conv2d_params{{1, 2}, {1, 1}, {2, 1}, 2}, "NHWC"))},
+        {"max_pool2d",         {{2, 2, 5, 6}},          domain::any,      F(max_pool2d(x[0], pool2d_params{{3, 3}, std::array<std::int64_t, 2>{2, 2}, {1, 1}, {1, 1}, true}))},
+        {"avg_pool2d",         {{2, 5, 6, 2}},          domain::any,      F(avg_pool2d(x[0], pool2d_params{{3, 2}, std::array<std::int64_t, 2>{1, 2}, {1, 1}, {1, 1}, false}, "NHWC"))},
+        {"adaptive_avg_pool2d", {{2, 2, 7, 5}},         domain::any,      F(adaptive_avg_pool2d(x[0], {3, 2}))},
+        {"fused_batch_norm_relu (training, NCHW)",  {{2, 3, 2, 2}, {3}, {3}}, domain::any, F(bn_relu(x, "NCHW", true)),  bn_away_from_kink("NCHW", true, false)},
+        {"fused_batch_norm_relu (training, NHWC)",  {{2, 2, 2, 3}, {3}, {3}}, domain::any, F(bn_relu(x, "NHWC", true)),  bn_away_from_kink("NHWC", true, false)},
+        {"fused_batch_norm_relu (inference, NCHW)", {{2, 3, 2, 2}, {3}, {3}}, domain::any, F(bn_relu(x, "NCHW", false)), bn_away_from_kink("NCHW", false, false)},
+        {"fused_batch_norm_relu (inference, NHWC)", {{2, 2, 2, 3}, {3}, {3}}, domain::any, F(bn_relu(x, "NHWC", false)), bn_away_from_kink("NHWC", false, false)},
+        {"fused_batch_norm_relu_grad (training, NCHW)",  {{2, 3, 2, 2}, {2, 3, 2, 2}, {3}}, domain::any, F(bn_relu_grad(x, "NCHW", true)),  bn_away_from_kink("NCHW", true, true)},
+        {"fused_batch_norm_relu_grad (training, NHWC)",  {{2, 2, 2, 3}, {2, 2, 2, 3}, {3}}, domain::any, F(bn_relu_grad(x, "NHWC", true)),  bn_away_from_kink("NHWC", true, true)},
+        {"fused_batch_norm_relu_grad (inference, NCHW)", {{2, 3, 2, 2}, {2, 3, 2, 2}, {3}}, domain::any, F(bn_relu_grad(x, "NCHW", false)), bn_away_from_kink("NCHW", false, true)},
+        {"fused_batch_norm_relu_grad (inference, NHWC)", {{2, 2, 2, 3}, {2, 2, 2, 3}, {3}}, domain::any, F(bn_relu_grad(x, "NHWC", false)), bn_away_from_kink("NHWC", false, true)},
+    };
+    for (const tests::unary_case& u : tests::unary_cases) // one [3, 4] input in the op's domain
+        rows.push_back({u.name, {{3, 4}}, u.dom, [f = u.apply](const args& x) { return f(x[0]); }});
+    return rows;
+    }();
+    // clang-format on
+#undef F
+
+    inline std::vector<tensor> make_inputs(const op_case& c, std::uint64_t seed, device dev = cpu_device)
+    {
+        for (int attempt = 0; attempt < 100; ++attempt, seed += 1000)
+        {
+            generator gen(seed);
+            std::vector<tensor> xs;
+            for (const auto& s : c.shapes)
+            {
+                tensor z = randn(s, gen, dtype::float64);
+                if (c.dom == domain::positive)
+                    z = abs(z) + 0.5;
+                else if (c.dom == domain::nonzero)
+                    z = sign(z) * (abs(z) + 0.2);
+                xs.push_back(z.to(dev).detach().requires_grad_());
+            }
+            if (!c.accept || c.accept(xs))
+                return xs;
+        }
+        FAIL("no accepted inputs in 100 draws for " << c.name);
+        return {};
+    }
+
+    inline gradcheck_function wrap(const op_case& c)
+    {
+        return [f = c.f](const args& x) { return std::vector<tensor>{f(x)}; };
+    }
+}
