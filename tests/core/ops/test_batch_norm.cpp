@@ -435,7 +435,7 @@ TEST_CASE("the contract's large shapes: [27, 131, 127, 6] and the empty [0, 131,
 {
     // R = 449,199 elements per channel. The fused float32 result is compared with the composite
     // formula evaluated in float64 on the same inputs. Float32 blocked sums of R terms err by at
-    // most ~(85 + log2 R) u sum|t| (backends/cpu/batch_norm.cpp), ~6e-6 of the sum of
+    // most ~(85 + log2 R) u sum|t| (backends/cpu/batch_norm/kernels.cpp), ~6e-6 of the sum of
     // magnitudes, i.e. ~6e-6 of R for O(1) terms; divided by R in the formulas this leaves
     // ~1e-5 of the tensor's magnitude, so 1e-4 relative to the largest |value| is a safe bound
     // that still catches any wrong term (which would be O(1) relative).
