@@ -65,16 +65,18 @@ namespace
             switch (c.kind)
             {
             case op_kind::grad_train:
-                cpu::fast_kernels().bn_grad_training(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr, s.scale(),
-                                      s.mean(), s.var(), eps, c.dt, c.outer(), c.channels(), c.inner());
+                cpu::fast_kernels().bn_grad_training(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(),
+                                                     nullptr, s.scale(), s.mean(), s.var(), eps, c.dt, c.outer(),
+                                                     c.channels(), c.inner());
                 break;
             case op_kind::grad_infer:
-                cpu::fast_kernels().bn_grad_inference(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr,
-                                       s.scale(), s.mean(), s.var(), eps, c.dt, c.outer(), c.channels(), c.inner());
+                cpu::fast_kernels().bn_grad_inference(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(),
+                                                      nullptr, s.scale(), s.mean(), s.var(), eps, c.dt, c.outer(),
+                                                      c.channels(), c.inner());
                 break;
             case op_kind::fwd_train:
-                cpu::fast_kernels().bn_forward_training(s.dx.get(), s.mean(), s.var(), s.x.get(), s.scale(), s.offset(), eps, false,
-                                         c.dt, c.outer(), c.channels(), c.inner());
+                cpu::fast_kernels().bn_forward_training(s.dx.get(), s.mean(), s.var(), s.x.get(), s.scale(), s.offset(),
+                                                        eps, false, c.dt, c.outer(), c.channels(), c.inner());
                 break;
             }
             benchmark::ClobberMemory();
@@ -168,8 +170,8 @@ namespace
         {
             const auto r = fused ? fused_batch_norm_grad_grad(in->A[k], in->a, in->b, in->y_backprop[k], in->x[k],
                                                               in->scale, in->mean, in->var, in->attrs)
-                                 : batch_norm_grad_grad_composite(in->A[k], in->a, in->b, in->y_backprop[k],
-                                                                  in->x[k], in->scale, in->mean, in->var, in->attrs);
+                                 : batch_norm_grad_grad_composite(in->A[k], in->a, in->b, in->y_backprop[k], in->x[k],
+                                                                  in->scale, in->mean, in->var, in->attrs);
             benchmark::DoNotOptimize(r.d_x.data_ptr());
             k ^= 1;
         }
@@ -181,9 +183,7 @@ namespace
     template <class Fn>
     void add(const std::string& name, Fn&& fn)
     {
-        benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))->UseRealTime()->Unit(benchmark::kMillisecond);
     }
 
     void register_all()

@@ -60,11 +60,12 @@ namespace xgrad::bn_bench
         i64 bytes() const { return elems() * elem_size() * tensors(); }
         std::string name() const
         {
-            const char* k = kind == op_kind::grad_train ? "grad_train" : kind == op_kind::grad_infer ? "grad_infer"
-                                                                                                     : "fwd_train";
+            const char* k = kind == op_kind::grad_train   ? "grad_train"
+                            : kind == op_kind::grad_infer ? "grad_infer"
+                                                          : "fwd_train";
             return std::string(k) + (lay == layout::nhwc ? "_nhwc" : "_nchw") +
-                   (dt == dtype::float32 ? "_f32_" : "_bf16_") + std::to_string(s.n) + "x" + std::to_string(s.c) +
-                   "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + "_t" + std::to_string(threads);
+                   (dt == dtype::float32 ? "_f32_" : "_bf16_") + std::to_string(s.n) + "x" + std::to_string(s.c) + "x" +
+                   std::to_string(s.h) + "x" + std::to_string(s.w) + "_t" + std::to_string(threads);
         }
     };
 

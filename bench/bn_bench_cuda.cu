@@ -156,8 +156,8 @@ int main(int argc, char** argv)
 
                     const auto run_xgrad = [&] {
                         if (training)
-                            xgrad::cuda::bn_grad_training(dx, sums, sums + C, dy, x, nullptr, scale, mean, var, eps,
-                                                          dt, outer, C, inner);
+                            xgrad::cuda::bn_grad_training(dx, sums, sums + C, dy, x, nullptr, scale, mean, var, eps, dt,
+                                                          outer, C, inner);
                         else
                             xgrad::cuda::bn_grad_inference(dx, sums, sums + C, dy, x, nullptr, scale, mean, var, eps,
                                                            dt, outer, C, inner);
@@ -185,8 +185,8 @@ int main(int argc, char** argv)
                             if (cudnnDeriveBNTensorDescriptor(pd, xd, mode) != CUDNN_STATUS_SUCCESS)
                                 continue;
                             const auto call = [&] {
-                                return cudnnBatchNormalizationBackward(cudnn, mode, &one, &zero, &one, &zero, xd, x,
-                                                                       xd, dy, xd, dx, pd, scale, sums + 2 * C,
+                                return cudnnBatchNormalizationBackward(cudnn, mode, &one, &zero, &one, &zero, xd, x, xd,
+                                                                       dy, xd, dx, pd, scale, sums + 2 * C,
                                                                        sums + 3 * C, eps, mean, inv_std);
                             };
                             if (call() != CUDNN_STATUS_SUCCESS)
@@ -230,7 +230,8 @@ int main(int argc, char** argv)
 #endif
                     }
                     check(cudaGetLastError(), "kernels");
-                    const double bytes3 = 3.0 * static_cast<double>(n * item), bytes2 = 2.0 * static_cast<double>(n * item);
+                    const double bytes3 = 3.0 * static_cast<double>(n * item),
+                                 bytes2 = 2.0 * static_cast<double>(n * item);
                     const double gx = bytes3 / (median(t_x) * 1e6), gc = bytes2 / (median(t_c) * 1e6);
                     const double gp = peer_ok ? bytes3 / (median(t_p) * 1e6) : NAN;
                     std::printf("case=grad_%s_%s_%s_%lldx%lldx%lldx%lld xgrad_gbps=%.1f copy_gbps=%.1f of_copy=%.2f "

@@ -95,8 +95,7 @@ namespace
         const tensor via_op = grad({sum(square(g.x_backprop)) + sum(square(g.scale_backprop))}, {in.x})[0];
 
         // (b) Double backward: the first gradient with create_graph = true, then its gradient.
-        const std::vector<tensor> first =
-            grad({bn.y}, {in.x, in.scale}, {in.dy}, std::nullopt, /*create_graph=*/true);
+        const std::vector<tensor> first = grad({bn.y}, {in.x, in.scale}, {in.dy}, std::nullopt, /*create_graph=*/true);
         const tensor via_double_backward = grad({sum(square(first[0])) + sum(square(first[1]))}, {in.x})[0];
 
         show("d/dx", via_op);
@@ -116,8 +115,8 @@ namespace
         const double lm = second_order_loss(quiet, in64, in64.x - v * h, training).item();
         const double fd = (lp - lm) / (2 * h);
         const double ad = dot(via_op, v);
-        std::printf("  along a random direction v: <d/dx, v> = %.6f, finite difference = %.6f (rel. diff %.1e)\n",
-                    ad, fd, std::abs(ad - fd) / std::max(std::abs(fd), 1e-12));
+        std::printf("  along a random direction v: <d/dx, v> = %.6f, finite difference = %.6f (rel. diff %.1e)\n", ad,
+                    fd, std::abs(ad - fd) / std::max(std::abs(fd), 1e-12));
     }
 
     int tour()

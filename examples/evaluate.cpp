@@ -16,7 +16,8 @@
 
 namespace
 {
-    const char* usage_text = "usage: evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device D] [--limit N]\n";
+    const char* usage_text =
+        "usage: evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device D] [--limit N]\n";
 
     [[noreturn]] void usage_error(const std::string& message)
     {
@@ -54,12 +55,18 @@ int main(int argc, char** argv)
         const std::string value = argv[++i];
         try
         {
-            if (flag == "--checkpoint") checkpoint = value;
-            else if (flag == "--data-dir") data_dir = value;
-            else if (flag == "--device") device = value;
-            else if (flag == "--threads") threads = static_cast<int>(whole_number(flag, value, 1, 65536));
-            else if (flag == "--limit") limit = whole_number(flag, value, 0, INT64_MAX);
-            else usage_error("unknown option '" + flag + "'");
+            if (flag == "--checkpoint")
+                checkpoint = value;
+            else if (flag == "--data-dir")
+                data_dir = value;
+            else if (flag == "--device")
+                device = value;
+            else if (flag == "--threads")
+                threads = static_cast<int>(whole_number(flag, value, 1, 65536));
+            else if (flag == "--limit")
+                limit = whole_number(flag, value, 0, INT64_MAX);
+            else
+                usage_error("unknown option '" + flag + "'");
         }
         catch (const std::logic_error&) // out of range for stoll
         {
@@ -78,12 +85,14 @@ int main(int argc, char** argv)
         const auto content = xgrad::io::load_safetensors(checkpoint);
         const auto fmt = content.metadata.find("data_format");
         if (fmt == content.metadata.end())
-            throw xgrad::io::format_error(checkpoint + ": no 'data_format' metadata: not written by train_fashion_mnist");
+            throw xgrad::io::format_error(checkpoint +
+                                          ": no 'data_format' metadata: not written by train_fashion_mnist");
         xgrad::generator gen(0); // the weights are replaced by the checkpoint's
         auto model = xgrad::examples::make_fashion_model(fmt->second, gen);
         model->to(dev);
         const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
-        const auto test = std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(data_dir, false, limit));
+        const auto test =
+            std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(data_dir, false, limit));
         xgrad::train::evaluate_options eo;
         eo.device = dev;
         eo.data_format = fmt->second;
@@ -108,9 +117,11 @@ int main(int argc, char** argv)
             for (int j = 0; j < 10; ++j)
                 std::cout << std::setw(6) << ev.confusion[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
             const double recall =
-                total ? 100.0 * static_cast<double>(ev.confusion[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)]) /
-                            static_cast<double>(total)
-                      : 0.0;
+                total
+                    ? 100.0 *
+                          static_cast<double>(ev.confusion[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)]) /
+                          static_cast<double>(total)
+                    : 0.0;
             std::cout << std::setw(7) << std::setprecision(1) << recall << "%\n";
         }
     }

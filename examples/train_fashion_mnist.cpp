@@ -40,10 +40,10 @@ namespace
         std::filesystem::path data_dir = xgrad::data::default_fashion_mnist_dir;
         std::uint64_t seed = 0;
         std::filesystem::path out = "fashion_mnist_run";
-        std::filesystem::path resume;    // empty: start from scratch
+        std::filesystem::path resume; // empty: start from scratch
         std::string data_format = "NCHW";
-        std::int64_t limit = 0;          // > 0: train on the first `limit` images only
-        std::int64_t test_limit = 0;     // > 0: evaluate on the first `test_limit` test images
+        std::int64_t limit = 0;      // > 0: train on the first `limit` images only
+        std::int64_t test_limit = 0; // > 0: evaluate on the first `test_limit` test images
         bool prefetch = true;
     };
 
@@ -127,11 +127,16 @@ namespace
             else
                 usage_error(flag + " needs a value");
 
-            if (flag == "--epochs") c.epochs = to_int(flag, value);
-            else if (flag == "--batch-size") c.batch_size = to_int(flag, value);
-            else if (flag == "--lr") c.lr = to_double(flag, value);
-            else if (flag == "--optimizer") c.optimizer = value;
-            else if (flag == "--schedule") c.schedule = value;
+            if (flag == "--epochs")
+                c.epochs = to_int(flag, value);
+            else if (flag == "--batch-size")
+                c.batch_size = to_int(flag, value);
+            else if (flag == "--lr")
+                c.lr = to_double(flag, value);
+            else if (flag == "--optimizer")
+                c.optimizer = value;
+            else if (flag == "--schedule")
+                c.schedule = value;
             else if (flag == "--threads")
             {
                 const std::int64_t t = to_int(flag, value);
@@ -139,15 +144,24 @@ namespace
                     usage_error("--threads expects an integer in [1, 65536], got '" + value + "'");
                 c.threads = static_cast<int>(t);
             }
-            else if (flag == "--device") c.device = value;
-            else if (flag == "--data-dir") c.data_dir = value;
-            else if (flag == "--seed") c.seed = static_cast<std::uint64_t>(to_int(flag, value));
-            else if (flag == "--out") c.out = value;
-            else if (flag == "--resume") c.resume = value;
-            else if (flag == "--format") c.data_format = value;
-            else if (flag == "--limit") c.limit = to_int(flag, value);
-            else if (flag == "--test-limit") c.test_limit = to_int(flag, value);
-            else usage_error("unknown option '" + flag + "'");
+            else if (flag == "--device")
+                c.device = value;
+            else if (flag == "--data-dir")
+                c.data_dir = value;
+            else if (flag == "--seed")
+                c.seed = static_cast<std::uint64_t>(to_int(flag, value));
+            else if (flag == "--out")
+                c.out = value;
+            else if (flag == "--resume")
+                c.resume = value;
+            else if (flag == "--format")
+                c.data_format = value;
+            else if (flag == "--limit")
+                c.limit = to_int(flag, value);
+            else if (flag == "--test-limit")
+                c.test_limit = to_int(flag, value);
+            else
+                usage_error("unknown option '" + flag + "'");
         }
         return c;
     }
@@ -205,9 +219,12 @@ namespace
         o.plot_title = "xgrad: Fashion-MNIST CNN (" + c.data_format + ", " + std::string(opt->type_name()) +
                        ", batch " + std::to_string(c.batch_size) + ")";
         // What a checkpoint must agree on to continue this run exactly.
-        o.run_metadata = {{"data_format", c.data_format}, {"seed", std::to_string(c.seed)},
-                          {"batch_size", std::to_string(c.batch_size)}, {"lr", fixed(c.lr, 10)},
-                          {"schedule", c.schedule}, {"epochs", std::to_string(c.epochs)},
+        o.run_metadata = {{"data_format", c.data_format},
+                          {"seed", std::to_string(c.seed)},
+                          {"batch_size", std::to_string(c.batch_size)},
+                          {"lr", fixed(c.lr, 10)},
+                          {"schedule", c.schedule},
+                          {"epochs", std::to_string(c.epochs)},
                           {"limit", std::to_string(c.limit)}};
         xgrad::train::trainer t(*model, *opt, loader, o);
         if (!c.resume.empty())
@@ -217,9 +234,10 @@ namespace
         }
         log << "model: " << model->describe() << "\n"
             << "parameters: " << xgrad::nn::count_parameters(*model) << ", training images: " << train_data->size
-            << ", test images: " << test_data->size << ", batch size: " << c.batch_size << ", optimizer: "
-            << opt->type_name() << " (lr " << c.lr << ", " << c.schedule << "), threads: " << xgrad::get_num_threads()
-            << ", format: " << c.data_format << ", device: " << to_string(dev) << "\n";
+            << ", test images: " << test_data->size << ", batch size: " << c.batch_size
+            << ", optimizer: " << opt->type_name() << " (lr " << c.lr << ", " << c.schedule
+            << "), threads: " << xgrad::get_num_threads() << ", format: " << c.data_format
+            << ", device: " << to_string(dev) << "\n";
         return t.fit();
     }
 }

@@ -139,9 +139,10 @@ int main(int argc, char** argv)
             velocity.push_back(zeros_like(p));
         const double momentum = 0.9;
 
-        std::printf("two_moons: %lld training points, MLP 2-%lld-%lld-2 (tanh), SGD lr %.3g momentum %.2g, %d threads\n",
-                    static_cast<long long>(opt.samples), static_cast<long long>(opt.hidden),
-                    static_cast<long long>(opt.hidden), opt.lr, momentum, get_num_threads());
+        std::printf(
+            "two_moons: %lld training points, MLP 2-%lld-%lld-2 (tanh), SGD lr %.3g momentum %.2g, %d threads\n",
+            static_cast<long long>(opt.samples), static_cast<long long>(opt.hidden), static_cast<long long>(opt.hidden),
+            opt.lr, momentum, get_num_threads());
         for (int epoch = 1; epoch <= opt.epochs; ++epoch)
         {
             const tensor loss = cross_entropy(model.forward(x_train), y_train);

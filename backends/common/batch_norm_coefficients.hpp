@@ -77,8 +77,8 @@ namespace xgrad::kernels
     /// in training), the cotangents a (of scale_backprop) and b (of offset_backprop), and R, the
     /// elements per channel (R > 0 in training).
     XGRAD_HD inline bn_grad_grad_coefficients bn_grad_grad_coefficients_of(double gamma, double mean, double var,
-                                                                          double eps, const bn_grad_grad_sums& sums,
-                                                                          double a, double b, double R, bool training)
+                                                                           double eps, const bn_grad_grad_sums& sums,
+                                                                           double a, double b, double R, bool training)
     {
         const double r = bn_inv_std(var, eps);
         bn_grad_grad_coefficients k{};

@@ -47,22 +47,20 @@ namespace xgrad::kernels
                           dtype dt, int ndim, const std::int64_t* shape, unary_op op);
     /// out[i] = op(a[i], b[i]); broadcasting is expressed by zero strides; dt float32 or float64.
     using binary_fn = void(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides,
-                           const void* b, const std::int64_t* b_strides, dtype dt, int ndim,
-                           const std::int64_t* shape, binary_op op);
+                           const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape,
+                           binary_op op);
     /// out[i] = cond[i] != 0 ? a[i] : b[i]; cond has dtype dt too (float32 or float64).
     using where_fn = void(void* out, const std::int64_t* out_strides, const void* cond,
-                          const std::int64_t* cond_strides, const void* a, const std::int64_t* a_strides,
-                          const void* b, const std::int64_t* b_strides, dtype dt, int ndim,
-                          const std::int64_t* shape);
+                          const std::int64_t* cond_strides, const void* a, const std::int64_t* a_strides, const void* b,
+                          const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape);
 
     // ---- reductions and products -----------------------------------------------------------
 
     /// Reduces the trailing ndim - n_keep dimensions of x: out[i0..i{n_keep-1}] = op over the
     /// rest. out_strides has n_keep entries; dt float32 or float64. Sums add in an order fixed
     /// by the shape (never by the thread count).
-    using reduce_fn = void(void* out, const std::int64_t* out_strides, const void* x,
-                           const std::int64_t* x_strides, dtype dt, int ndim, int n_keep,
-                           const std::int64_t* shape, reduce_op op);
+    using reduce_fn = void(void* out, const std::int64_t* out_strides, const void* x, const std::int64_t* x_strides,
+                           dtype dt, int ndim, int n_keep, const std::int64_t* shape, reduce_op op);
     /// out[i0..i{ndim-2}] = the index k along the last dimension of x where x[i0.., k] is
     /// largest: the first maximum wins, and a NaN counts as larger than every number (the first
     /// NaN wins). out (int64) has ndim - 1 dimensions with out_strides; ndim >= 1 and
@@ -75,8 +73,8 @@ namespace xgrad::kernels
     /// stride is 1 (the ops layer guarantees it). k may be 0 (out = 0). dt float32 or float64.
     /// Throws std::invalid_argument when m, n or k exceeds the backend's BLAS limit (INT_MAX).
     using matmul_fn = void(void* out, const void* a, const std::int64_t* a_strides, const void* b,
-                           const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m,
-                           std::int64_t n, std::int64_t k);
+                           const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n,
+                           std::int64_t k);
 
     // ---- indexing --------------------------------------------------------------------------
 
@@ -99,8 +97,8 @@ namespace xgrad::kernels
     /// for i = 0..n-1 in that order (16-bit dtypes summed in float32, rounded once). Returns the
     /// first i whose idx is outside [0, out_numel), or -1 (out is then complete). ASSIGNS out:
     /// nothing is added to its previous contents.
-    using put_add_fn = std::int64_t(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx,
-                                    dtype dt, std::int64_t n);
+    using put_add_fn = std::int64_t(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
+                                    std::int64_t n);
 
     // ---- sliding windows (conv2d, pooling) -------------------------------------------------
 
@@ -109,15 +107,15 @@ namespace xgrad::kernels
     ///   cols[n, c, kh, kw, oh, ow] = x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw],
     /// or pad_value (converted to dt) where that position is padding. ASSIGNS every element of
     /// cols. dt: float32, float64, float16 or bfloat16 (elements are copied, not converted).
-    using unfold2d_fn = void(void* cols, const std::int64_t* cols_strides, const void* x,
-                             const std::int64_t* x_strides, dtype dt, const window2d_dims& d, double pad_value);
+    using unfold2d_fn = void(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides,
+                             dtype dt, const window2d_dims& d, double pad_value);
     /// col2im, the adjoint of unfold2d: x[n, c, h, w] = the sum of the cols entries unfold2d
     /// reads from (n, c, h, w), 0 where no window reads it; entries read from padding are
     /// dropped. ASSIGNS every element of x; x's view must not overlap itself. The terms of each
     /// sum are added in (kh, kw) order, in float64 for float64 and float32 otherwise, and
     /// rounded once to dt, whatever the thread count or layout (the backends agree bit for bit).
-    using fold2d_fn = void(void* x, const std::int64_t* x_strides, const void* cols,
-                           const std::int64_t* cols_strides, dtype dt, const window2d_dims& d);
+    using fold2d_fn = void(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
+                           dtype dt, const window2d_dims& d);
 
     // ---- fused batch norm (formulas: docs/batch_norm.md) -----------------------------------
     //
@@ -140,8 +138,8 @@ namespace xgrad::kernels
                                std::int64_t inner);
     /// y = (x - mean[c]) * r[c] * scale[c] + offset[c], then ReLU when relu.
     using bn_normalize_fn = void(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                                 const void* var, double eps, bool relu, dtype xdt, std::int64_t outer,
-                                 std::int64_t C, std::int64_t inner);
+                                 const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
+                                 std::int64_t inner);
     /// The training forward: bn_moments, then bn_normalize with those moments (a backend may
     /// read x once per block of channels that fits its cache).
     using bn_forward_training_fn = void(void* y, void* mean, void* var, const void* x, const void* scale,
@@ -164,8 +162,8 @@ namespace xgrad::kernels
     /// The inference gradient in one pass: dx = dy scale r, and the sums of bn_grad_reduce.
     /// y: the fused ReLU's forward output, or null.
     using bn_grad_inference_fn = void(void* dx, void* sum_dy, void* sum_dy_xc, const void* dy, const void* x,
-                                      const void* y, const void* scale, const void* mean, const void* var,
-                                      double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner);
+                                      const void* y, const void* scale, const void* mean, const void* var, double eps,
+                                      dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner);
     /// Second order, first pass: sums[k * C + c] for k = 0..4 holds sum(g), sum(g xh), sum(A),
     /// sum(A xh) and sum(A g) of channel c, with xh = (x - mean) r.
     using bn_grad_grad_reduce_fn = void(void* sums, const void* A, const void* g, const void* x, const void* mean,
@@ -185,33 +183,33 @@ namespace xgrad::kernels
 /// xgrad::cpu::reference, which its fast kernel is tested against and which an XGRAD_SIMD=scalar
 /// build or simd_level::scalar runs): `reference` when it has one, `shared` when the one
 /// function serves both CPU tables (memory, copies to and from the host, the index kernels).
-#define XGRAD_KERNEL_LIST(X)                                                                                          \
-    X(allocate, shared)                                                                                               \
-    X(deallocate, shared)                                                                                             \
-    X(copy_to_host, shared)                                                                                           \
-    X(copy_from_host, shared)                                                                                         \
-    X(fill, reference)                                                                                                \
-    X(copy, reference)                                                                                                \
-    X(unary, reference)                                                                                               \
-    X(binary, reference)                                                                                              \
-    X(where, reference)                                                                                               \
-    X(reduce, reference)                                                                                              \
-    X(argmax, reference)                                                                                              \
-    X(matmul, reference)                                                                                              \
-    X(one_hot, shared)                                                                                                \
-    X(max_pool2d_argmax, shared)                                                                                      \
-    X(take, shared)                                                                                                   \
-    X(put_add, shared)                                                                                                \
-    X(unfold2d, reference)                                                                                            \
-    X(fold2d, reference)                                                                                              \
-    X(bn_moments, reference)                                                                                          \
-    X(bn_normalize, reference)                                                                                        \
-    X(bn_forward_training, reference)                                                                                 \
-    X(bn_grad_reduce, reference)                                                                                      \
-    X(bn_grad_apply, reference)                                                                                       \
-    X(bn_grad_training, reference)                                                                                    \
-    X(bn_grad_inference, reference)                                                                                   \
-    X(bn_grad_grad_reduce, reference)                                                                                 \
+#define XGRAD_KERNEL_LIST(X)                                                                                           \
+    X(allocate, shared)                                                                                                \
+    X(deallocate, shared)                                                                                              \
+    X(copy_to_host, shared)                                                                                            \
+    X(copy_from_host, shared)                                                                                          \
+    X(fill, reference)                                                                                                 \
+    X(copy, reference)                                                                                                 \
+    X(unary, reference)                                                                                                \
+    X(binary, reference)                                                                                               \
+    X(where, reference)                                                                                                \
+    X(reduce, reference)                                                                                               \
+    X(argmax, reference)                                                                                               \
+    X(matmul, reference)                                                                                               \
+    X(one_hot, shared)                                                                                                 \
+    X(max_pool2d_argmax, shared)                                                                                       \
+    X(take, shared)                                                                                                    \
+    X(put_add, shared)                                                                                                 \
+    X(unfold2d, reference)                                                                                             \
+    X(fold2d, reference)                                                                                               \
+    X(bn_moments, reference)                                                                                           \
+    X(bn_normalize, reference)                                                                                         \
+    X(bn_forward_training, reference)                                                                                  \
+    X(bn_grad_reduce, reference)                                                                                       \
+    X(bn_grad_apply, reference)                                                                                        \
+    X(bn_grad_training, reference)                                                                                     \
+    X(bn_grad_inference, reference)                                                                                    \
+    X(bn_grad_grad_reduce, reference)                                                                                  \
     X(bn_grad_grad_apply, reference)
 
 /// Declares one kernel of the list in the enclosing namespace, with the list's signature.
@@ -254,7 +252,7 @@ namespace xgrad::kernels
     {
         switch (id)
         {
-#define XGRAD_KERNEL_CASE(name, twin)                                                                                 \
+#define XGRAD_KERNEL_CASE(name, twin)                                                                                  \
     case kernel_id::name: return t.name != nullptr;
             XGRAD_KERNEL_LIST(XGRAD_KERNEL_CASE)
 #undef XGRAD_KERNEL_CASE

@@ -24,8 +24,7 @@ namespace xgrad::kernels
         case unary_op::rsqrt: return T(1) / std::sqrt(x);
         case unary_op::abs: return std::fabs(x);
         case unary_op::relu: return x < T(0) ? T(0) : x;
-        case unary_op::sigmoid:
-            return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+        case unary_op::sigmoid: return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
         case unary_op::tanh: return std::tanh(x);
         }
         return x;

@@ -61,7 +61,7 @@ namespace xgrad::cpu
             {
                 for (auto& [size, blocks] : m_free)
                     for (void* raw : blocks)
-                        ::operator delete(raw, std::align_val_t{alignment});
+                        ::operator delete (raw, std::align_val_t{alignment});
             }
         };
 
@@ -73,7 +73,7 @@ namespace xgrad::cpu
             return *c;
         }
 
-        void* raw_new(std::size_t total) { return ::operator new(total, std::align_val_t{alignment}); }
+        void* raw_new(std::size_t total) { return ::operator new (total, std::align_val_t{alignment}); }
     }
 
     void* allocate(std::size_t nbytes)
@@ -122,7 +122,7 @@ namespace xgrad::cpu
                 }
             }
         }
-        ::operator delete(raw, std::align_val_t{alignment});
+        ::operator delete (raw, std::align_val_t{alignment});
     }
 
     void copy_to_host(void* host_dst, const void* src, std::size_t nbytes)

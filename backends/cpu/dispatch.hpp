@@ -11,9 +11,9 @@
 //   tensors stay on the calling thread).
 #include <cstdint>
 
+#include "backends/common/op_math.hpp"
 #include "backends/cpu/simd/kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
-#include "backends/common/op_math.hpp"
 #include "xgrad/dtype.hpp"
 
 namespace xgrad::cpu::detail

@@ -268,8 +268,8 @@ namespace xgrad::cuda
         }
 
         template <class T, class S>
-        void normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                       const void* var, double eps, bool relu, i64 outer, i64 C, i64 inner)
+        void normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean, const void* var,
+                       double eps, bool relu, i64 outer, i64 C, i64 inner)
         {
             if (C <= 0 || outer * inner == 0)
                 return;
@@ -417,8 +417,8 @@ namespace xgrad::cuda
                 kernels::bn_grad_grad_sums cs{}; // read in training only
                 if (training)
                     cs = {sp[c], sp[C + c], sp[2 * C + c], sp[3 * C + c], sp[4 * C + c]};
-                const auto k =
-                    kernels::bn_grad_grad_coefficients_of(sc[c], mn[c], vr[c], eps, cs, ap[c], bp[c], R, training);
+                const auto k = kernels::bn_grad_grad_coefficients_of(sc[c], mn[c], vr[c], eps, cs, ap[c], bp[c], R,
+                                                                     training);
                 cg[cA * C + c] = static_cast<S>(k.dg_A);
                 cg[mA * C + c] = static_cast<S>(k.mean_A);
                 cg[cG * C + c] = cg[mG * C + c] = S(0);
@@ -442,8 +442,8 @@ namespace xgrad::cuda
                 const S gv = d_x ? element<T>::load(g, i) : S(0);
                 if (d_g)
                     element<T>::store(d_g, i,
-                                      cg[cA * C + c] * (av - cg[mA * C + c]) +
-                                          cg[cX * C + c] * (xv - cg[mX * C + c]) + cg[cK * C + c]);
+                                      cg[cA * C + c] * (av - cg[mA * C + c]) + cg[cX * C + c] * (xv - cg[mX * C + c]) +
+                                          cg[cK * C + c]);
                 if (d_x)
                 {
                     // Inference d_x depends on g alone (A and x, possibly non-finite, are not read).
@@ -458,14 +458,14 @@ namespace xgrad::cuda
 
 // Calls bn_detail::FN<T, S>(args...) for the element type of xdt (float64 statistics in double,
 // the others in float).
-#define XGRAD_BN_CALL(xdt, FN, ...)                                                                                   \
-    switch (xdt)                                                                                                      \
-    {                                                                                                                 \
-    case dtype::float32: return bn_detail::FN<float, float>(__VA_ARGS__);                                             \
-    case dtype::float64: return bn_detail::FN<double, double>(__VA_ARGS__);                                           \
-    case dtype::float16: return bn_detail::FN<float16_t, float>(__VA_ARGS__);                                         \
-    case dtype::bfloat16: return bn_detail::FN<bfloat16_t, float>(__VA_ARGS__);                                       \
-    default: return;                                                                                                  \
+#define XGRAD_BN_CALL(xdt, FN, ...)                                                                                    \
+    switch (xdt)                                                                                                       \
+    {                                                                                                                  \
+    case dtype::float32: return bn_detail::FN<float, float>(__VA_ARGS__);                                              \
+    case dtype::float64: return bn_detail::FN<double, double>(__VA_ARGS__);                                            \
+    case dtype::float16: return bn_detail::FN<float16_t, float>(__VA_ARGS__);                                          \
+    case dtype::bfloat16: return bn_detail::FN<bfloat16_t, float>(__VA_ARGS__);                                        \
+    default: return;                                                                                                   \
     }
 
     void bn_moments(void* mean, void* var, const void* x, dtype xdt, std::int64_t outer, std::int64_t C,
@@ -474,9 +474,8 @@ namespace xgrad::cuda
         XGRAD_BN_CALL(xdt, moments, mean, var, x, outer, C, inner)
     }
 
-    void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                      const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
-                      std::int64_t inner)
+    void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean, const void* var,
+                      double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
         XGRAD_BN_CALL(xdt, normalize, y, x, scale, offset, mean, var, eps, relu, outer, C, inner)
     }
@@ -514,9 +513,8 @@ namespace xgrad::cuda
         XGRAD_BN_CALL(xdt, grad_inference, dx, sum_dy, sum_dy_xc, dy, x, y, scale, mean, var, eps, outer, C, inner)
     }
 
-    void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean,
-                             const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C,
-                             std::int64_t inner)
+    void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean, const void* var,
+                             double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
         XGRAD_BN_CALL(xdt, grad_grad_reduce, sums, A, g, x, mean, var, eps, outer, C, inner)
     }

@@ -265,8 +265,7 @@ namespace xgrad::cuda
         throw std::invalid_argument("cuda::max_pool2d_argmax: the dtype must be floating point");
     }
 
-    std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt,
-                      std::int64_t n)
+    std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)
     {
         const std::int64_t bad = first_bad(idx, n, x_numel);
         if (bad >= 0)

@@ -164,8 +164,8 @@ namespace xgrad::cuda
         };
 
         template <class T, class A>
-        void reduce_impl(T* out, const std::int64_t* out_strides, const T* x, const std::int64_t* x_strides,
-                         int ndim, int n_keep, const std::int64_t* shape, reduce_op op)
+        void reduce_impl(T* out, const std::int64_t* out_strides, const T* x, const std::int64_t* x_strides, int ndim,
+                         int n_keep, const std::int64_t* shape, reduce_op op)
         {
             const auto kept = detail::make_nd_index<2>(n_keep, shape, {x_strides, out_strides});
             const std::int64_t k_total = kept.numel;
@@ -195,11 +195,11 @@ namespace xgrad::cuda
                 p = partial.emplace(static_cast<std::size_t>(k_total * lanes) * sizeof(A)).template as<A>();
             const std::int64_t threads = k_total * lanes;
             if (flat_red)
-                detail::for_each_index(threads, lane_kernel<T, A, true>{p, out, x, kept, red, k_total, r_total, lanes,
-                                                                        output_major, op});
+                detail::for_each_index(
+                    threads, lane_kernel<T, A, true>{p, out, x, kept, red, k_total, r_total, lanes, output_major, op});
             else
-                detail::for_each_index(threads, lane_kernel<T, A, false>{p, out, x, kept, red, k_total, r_total,
-                                                                         lanes, output_major, op});
+                detail::for_each_index(
+                    threads, lane_kernel<T, A, false>{p, out, x, kept, red, k_total, r_total, lanes, output_major, op});
             if (lanes > 1)
                 detail::for_each_index(k_total, combine_kernel<T, A>{p, out, kept, lanes, op});
         }
@@ -261,8 +261,8 @@ namespace xgrad::cuda
         };
 
         template <class T>
-        void argmax_impl(std::int64_t* out, const std::int64_t* out_strides, const T* x,
-                         const std::int64_t* x_strides, int ndim, const std::int64_t* shape)
+        void argmax_impl(std::int64_t* out, const std::int64_t* out_strides, const T* x, const std::int64_t* x_strides,
+                         int ndim, const std::int64_t* shape)
         {
             const int n_keep = ndim - 1;
             const auto kept = detail::make_nd_index<2>(n_keep, shape, {x_strides, out_strides});

@@ -149,7 +149,7 @@ namespace xgrad::cuda
         XGRAD_HD inline void tap_bounds(std::int64_t p, std::int64_t pad, std::int64_t dilation, std::int64_t stride,
                                         std::int64_t count, std::int64_t taps, std::int64_t& lo, std::int64_t& hi)
         {
-            const std::int64_t top = p + pad;                      // t for k = 0
+            const std::int64_t top = p + pad;                       // t for k = 0
             const std::int64_t excess = top - (count - 1) * stride; // t <= (count-1)*stride <=> k*dil >= excess
             lo = excess <= 0 ? 0 : (excess + dilation - 1) / dilation;
             hi = top / dilation + 1; // t >= 0 <=> k <= top / dilation (top >= 0)
@@ -196,8 +196,8 @@ namespace xgrad::cuda
         }
     }
 
-    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides,
-                  dtype dt, const kernels::window2d_dims& d, double pad_value)
+    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+                  const kernels::window2d_dims& d, double pad_value)
     {
         switch (dt)
         {
@@ -212,8 +212,8 @@ namespace xgrad::cuda
         throw std::invalid_argument("cuda::unfold2d: the dtype must be floating point");
     }
 
-    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
-                dtype dt, const kernels::window2d_dims& d)
+    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
+                const kernels::window2d_dims& d)
     {
         const strides4 xs = copy4(x_strides);
         const strides6 cs = copy6(cols_strides);

@@ -327,12 +327,11 @@ namespace xgrad
                         {
                             const auto& m = e.fn->m_outputs.at(static_cast<std::size_t>(e.input_nr));
                             if (g.shape() != m.m_shape || g.dtype() != m.m_dtype)
-                                throw std::logic_error("backward of " + describe(*n) + " gave input " +
-                                                       std::to_string(i) + " a gradient of shape " +
-                                                       shape_to_string(g.shape()) + " and dtype " +
-                                                       std::string(name(g.dtype())) + ", expected " +
-                                                       shape_to_string(m.m_shape) + " and " +
-                                                       std::string(name(m.m_dtype)));
+                                throw std::logic_error(
+                                    "backward of " + describe(*n) + " gave input " + std::to_string(i) +
+                                    " a gradient of shape " + shape_to_string(g.shape()) + " and dtype " +
+                                    std::string(name(g.dtype())) + ", expected " + shape_to_string(m.m_shape) +
+                                    " and " + std::string(name(m.m_dtype)));
                             add_to_buffer(e.fn.get(), e.input_nr, g);
                         }
                         if (--m_dependencies[e.fn.get()] == 0 && queued.insert(e.fn.get()).second)
@@ -362,20 +361,20 @@ namespace xgrad
                 if (!g.defined())
                 {
                     if (out.numel() != 1)
-                        throw std::runtime_error(std::string(caller) + ": grad can be implicitly created only for "
-                                                 "one-element outputs; output " + std::to_string(i) +
-                                                 " has shape " + shape_to_string(out.shape()) +
+                        throw std::runtime_error(std::string(caller) +
+                                                 ": grad can be implicitly created only for "
+                                                 "one-element outputs; output " +
+                                                 std::to_string(i) + " has shape " + shape_to_string(out.shape()) +
                                                  ", so pass grad_outputs");
                     g = ones(out.shape(), out.dtype(), out.device());
                 }
                 else if (g.shape() != out.shape() || g.dtype() != out.dtype() || g.device() != out.device())
-                    throw std::invalid_argument(std::string(caller) + ": grad_outputs[" + std::to_string(i) +
-                                                "] has shape " + shape_to_string(g.shape()) + ", dtype " +
-                                                std::string(name(g.dtype())) + " and device " + to_string(g.device()) +
-                                                ", but output " + std::to_string(i) + " has shape " +
-                                                shape_to_string(out.shape()) + ", dtype " +
-                                                std::string(name(out.dtype())) + " and device " +
-                                                to_string(out.device()));
+                    throw std::invalid_argument(
+                        std::string(caller) + ": grad_outputs[" + std::to_string(i) + "] has shape " +
+                        shape_to_string(g.shape()) + ", dtype " + std::string(name(g.dtype())) + " and device " +
+                        to_string(g.device()) + ", but output " + std::to_string(i) + " has shape " +
+                        shape_to_string(out.shape()) + ", dtype " + std::string(name(out.dtype())) + " and device " +
+                        to_string(out.device()));
                 roots.push_back(gradient_edge(out));
                 root_grads.push_back(g);
             }

@@ -56,8 +56,7 @@ namespace xgrad
                     return {device_type::cuda, index};
             }
         }
-        throw std::invalid_argument("unknown device '" + std::string(text) +
-                                    "': expected 'cpu', 'cuda' or 'cuda:N'");
+        throw std::invalid_argument("unknown device '" + std::string(text) + "': expected 'cpu', 'cuda' or 'cuda:N'");
     }
 
     std::string to_string(const device& d)

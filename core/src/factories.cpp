@@ -80,8 +80,8 @@ namespace xgrad
     tensor full(const shape_type& shape, double value, dtype dt, device dev)
     {
         tensor t = detail::empty(shape, dt, dev);
-        detail::backend_for(dev).fill(t.data_ptr(), t.strides().data(), dt, static_cast<int>(shape.size()), shape.data(),
-                                      value);
+        detail::backend_for(dev).fill(t.data_ptr(), t.strides().data(), dt, static_cast<int>(shape.size()),
+                                      shape.data(), value);
         return t;
     }
 

@@ -140,7 +140,8 @@ namespace xgrad
                     {
                         const double numeric = (p[r] - q[r]) / (2 * options.eps);
                         const double a = analytic[c][j][static_cast<std::size_t>(e) * m + r];
-                        const double excess = std::fabs(a - numeric) - (options.atol + options.rtol * std::fabs(numeric));
+                        const double excess = std::fabs(a - numeric) -
+                                              (options.atol + options.rtol * std::fabs(numeric));
                         const bool bad = !(excess <= 0) || std::isnan(a) != std::isnan(numeric);
                         if (excess > worst_excess || (bad && result.ok))
                         {
@@ -161,10 +162,11 @@ namespace xgrad
         if (!result.ok)
         {
             std::ostringstream os;
-            os << "gradcheck failed: d output " << result.output << index_string(outs[result.output].shape(), result.output_element)
-               << " / d input " << result.input << index_string(inputs[result.input].shape(), result.input_element)
-               << ": analytic " << result.analytic << ", numeric " << result.numeric << " (atol " << options.atol
-               << ", rtol " << options.rtol << ", eps " << options.eps << ")";
+            os << "gradcheck failed: d output " << result.output
+               << index_string(outs[result.output].shape(), result.output_element) << " / d input " << result.input
+               << index_string(inputs[result.input].shape(), result.input_element) << ": analytic " << result.analytic
+               << ", numeric " << result.numeric << " (atol " << options.atol << ", rtol " << options.rtol << ", eps "
+               << options.eps << ")";
             result.message = os.str();
             if (options.throw_on_failure)
                 throw std::runtime_error(result.message);

@@ -11,8 +11,7 @@
 
 namespace xgrad
 {
-    storage::storage(std::size_t nbytes, xgrad::device dev)
-        : m_nbytes(nbytes), m_device(dev)
+    storage::storage(std::size_t nbytes, xgrad::device dev) : m_nbytes(nbytes), m_device(dev)
     {
         // Allocate at least one byte so a zero-element tensor still has a distinct address.
         m_data = detail::backend_for(dev).allocate(nbytes == 0 ? 1 : nbytes);
@@ -210,8 +209,8 @@ namespace xgrad
             if (out.device() != x.device())
                 throw std::logic_error("copy_into: device mismatch");
             backend_for(out.device())
-                .copy(out.data_ptr(), out.strides().data(), out.dtype(), x.data_ptr(), x.strides().data(),
-                      x.dtype(), static_cast<int>(x.dim()), x.shape().data());
+                .copy(out.data_ptr(), out.strides().data(), out.dtype(), x.data_ptr(), x.strides().data(), x.dtype(),
+                      static_cast<int>(x.dim()), x.shape().data());
         }
 
         tensor raw_cast(const tensor& x, xgrad::dtype dt)
@@ -261,8 +260,7 @@ namespace xgrad
             check_defined(b, op);
             if (a.dtype() != b.dtype())
                 throw std::invalid_argument(std::string(op) + ": dtype mismatch, " + std::string(name(a.dtype())) +
-                                            " and " + std::string(name(b.dtype())) +
-                                            " (convert one with .to(dtype))");
+                                            " and " + std::string(name(b.dtype())) + " (convert one with .to(dtype))");
             if (a.device() != b.device())
                 throw std::invalid_argument(std::string(op) + ": tensors on different devices, " +
                                             to_string(a.device()) + " and " + to_string(b.device()));

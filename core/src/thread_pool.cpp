@@ -73,8 +73,7 @@ namespace xgrad
 
             /// Runs the call on the pool with `num_chunks` >= 2 chunks, or returns false
             /// without running anything when another call is using the pool.
-            bool try_run(std::int64_t begin, std::uint64_t length, std::uint64_t num_chunks,
-                         const chunk_fn& fn)
+            bool try_run(std::int64_t begin, std::uint64_t length, std::uint64_t num_chunks, const chunk_fn& fn)
             {
                 std::unique_lock<std::mutex> call_lock(m_call_mutex, std::try_to_lock);
                 if (!call_lock.owns_lock())
@@ -130,10 +129,9 @@ namespace xgrad
                     const std::uint64_t offset = i * current.m_base + extra_before;
                     const std::uint64_t size = current.m_base + (i < current.m_remainder ? 1 : 0);
                     // Offsets are computed unsigned so that ranges wider than INT64_MAX work.
-                    const auto chunk_begin = static_cast<std::int64_t>(
-                        static_cast<std::uint64_t>(current.m_begin) + offset);
-                    const auto chunk_end = static_cast<std::int64_t>(
-                        static_cast<std::uint64_t>(chunk_begin) + size);
+                    const auto chunk_begin =
+                        static_cast<std::int64_t>(static_cast<std::uint64_t>(current.m_begin) + offset);
+                    const auto chunk_end = static_cast<std::int64_t>(static_cast<std::uint64_t>(chunk_begin) + size);
                     try
                     {
                         (*current.m_fn)(chunk_begin, chunk_end);
@@ -154,9 +152,8 @@ namespace xgrad
                 std::uint64_t seen = m_generation;
                 for (;;)
                 {
-                    m_work_cv.wait(lock, [&] {
-                        return index >= m_worker_limit || (m_job_open && m_generation != seen);
-                    });
+                    m_work_cv.wait(lock,
+                                   [&] { return index >= m_worker_limit || (m_job_open && m_generation != seen); });
                     if (index >= m_worker_limit)
                         return;
                     seen = m_generation;
@@ -224,7 +221,7 @@ namespace xgrad
             bool m_job_open = false;           // workers may still join the current job
             int m_active = 0;                  // workers registered with the current job
             job m_job;
-            std::exception_ptr m_error;        // first exception of the current job
+            std::exception_ptr m_error; // first exception of the current job
             std::atomic<std::uint64_t> m_next_chunk{0};
         };
 
@@ -238,8 +235,7 @@ namespace xgrad
     void set_num_threads(int n)
     {
         if (n < 1)
-            throw std::invalid_argument("set_num_threads: the thread count must be >= 1, got " +
-                                        std::to_string(n));
+            throw std::invalid_argument("set_num_threads: the thread count must be >= 1, got " + std::to_string(n));
         g_num_threads.store(n, std::memory_order_relaxed);
     }
 

@@ -179,8 +179,8 @@ namespace xgrad::nn
         if (update)
         {
             batches = num_batches_tracked().item<std::int64_t>() + 1;
-            attrs.exponential_avg_factor =
-                m_options.momentum ? *m_options.momentum : static_cast<float>(1.0 / static_cast<double>(batches));
+            attrs.exponential_avg_factor = m_options.momentum ? *m_options.momentum
+                                                              : static_cast<float>(1.0 / static_cast<double>(batches));
         }
         const tensor sc = m_options.affine ? scale() : m_unit_scale;
         const tensor oc = m_options.affine ? offset() : m_zero_offset;

@@ -26,8 +26,8 @@ namespace xgrad::nn
         void check_format(const module& m, const std::string& format)
         {
             if (format != "NCHW" && format != "NHWC")
-                throw xgrad::invalid_argument(std::string(m.type_name()) + ": data_format must be \"NCHW\" or \"NHWC\", got \"" +
-                                              format + "\"");
+                throw xgrad::invalid_argument(std::string(m.type_name()) +
+                                              ": data_format must be \"NCHW\" or \"NHWC\", got \"" + format + "\"");
         }
 
         /// Rank-4 input whose channel axis (of `format`) has `channels` entries.
@@ -41,7 +41,8 @@ namespace xgrad::nn
             const std::int64_t c = x.size(format == "NCHW" ? 1 : 3);
             if (channels > 0 && c != channels)
                 throw xgrad::invalid_argument(std::string(m.type_name()) + ": expected " + std::to_string(channels) +
-                                              " input channels (" + format + "), got shape " + shape_to_string(x.shape()));
+                                              " input channels (" + format + "), got shape " +
+                                              shape_to_string(x.shape()));
         }
     }
 
@@ -129,8 +130,8 @@ namespace xgrad::nn
         const shape_type wshape{m_options.out_features, m_options.in_features};
         set_parameter("weight", init::initialize(m_options.weight_init, wshape, gen, m_options.dtype));
         if (m_options.bias)
-            set_parameter("bias", init::fan_in_uniform({m_options.out_features}, m_options.in_features, gen,
-                                                       m_options.dtype));
+            set_parameter("bias",
+                          init::fan_in_uniform({m_options.out_features}, m_options.in_features, gen, m_options.dtype));
     }
 
     tensor linear::forward(const tensor& x)

@@ -79,7 +79,8 @@ namespace xgrad::nn
         if (!value.defined())
             fail("parameter " + quoted(name) + " must be a defined tensor");
         if (!is_floating(value.dtype()))
-            fail("parameter " + quoted(name) + " must be floating point, got dtype " + std::string(xgrad::name(value.dtype())));
+            fail("parameter " + quoted(name) + " must be floating point, got dtype " +
+                 std::string(xgrad::name(value.dtype())));
         tensor p = value.detach();
         p.requires_grad_(true);
         m_parameters.push_back({std::move(name), p});

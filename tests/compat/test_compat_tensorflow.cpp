@@ -83,7 +83,6 @@ namespace
     }
 }
 
-
 TEST_CASE("Scope: the root scope is CPU with recording on; With* return modified copies")
 {
     const tf::Scope root = tf::Scope::NewRootScope();
@@ -266,8 +265,8 @@ TEST_CASE("the classes with Attrs equal the core functions with the same attribu
 
             const batch_norm_attrs ga = free_attrs("NCHW", training, eps);
             const auto g3a = tf::ops::FusedBatchNormGradV3::Attrs().Epsilon(eps).IsTraining(training);
-            const tf::ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                   bn.reserve_space_2, bn.reserve_space_3, g3a.DataFormat("NCHW"));
+            const tf::ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
+                                                   bn.reserve_space_3, g3a.DataFormat("NCHW"));
             const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
                                                                     bn.reserve_space_2, bn.reserve_space_3, ga);
             check_same_bits(g3.x_backprop, r3.x_backprop, "V3 x_backprop");
@@ -277,11 +276,10 @@ TEST_CASE("the classes with Attrs equal the core functions with the same attribu
             check_same_bits(g3.reserve_space_5, r3.placeholder_2, "V3 reserve_space_5");
 
             const auto g2a = tf::ops::FusedBatchNormGradV2::Epsilon(eps).DataFormat("NCHW").IsTraining(training);
-            const tf::ops::FusedBatchNormGradV2 g2(scope, in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                   bn.reserve_space_2, g2a);
-            const batch_norm_grad_result r2 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                                    bn.reserve_space_2, {}, ga,
-                                                                    batch_norm_grad_version::v2);
+            const tf::ops::FusedBatchNormGradV2 g2(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
+                                                   g2a);
+            const batch_norm_grad_result r2 = fused_batch_norm_grad(
+                in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2, {}, ga, batch_norm_grad_version::v2);
             check_same_bits(g2.x_backprop, r2.x_backprop, "V2 x_backprop");
             check_same_bits(g2.scale_backprop, r2.scale_backprop, "V2 scale_backprop");
             check_same_bits(g2.offset_backprop, r2.offset_backprop, "V2 offset_backprop");
@@ -417,18 +415,19 @@ TEST_CASE("an input off the scope's device is rejected, naming the op, the input
 
     // The scope's check comes before the core function's own: a bad shape on the wrong device
     // reports the device.
-    CHECK(error_of([&] { tf::ops::FusedBatchNormV3(gpu, zeros({2, 3}), in.scale, in.offset, in.mean, in.variance); }) ==
-          expect("FusedBatchNormV3", "x"));
+    CHECK(error_of([&] {
+              tf::ops::FusedBatchNormV3(gpu, zeros({2, 3}), in.scale, in.offset, in.mean, in.variance);
+          }) == expect("FusedBatchNormV3", "x"));
 
     // An undefined optional input is not checked: GradV3's reserve_space_3 may be left out.
     const tf::Scope cpu = gpu.WithDevice("cpu");
     CHECK_NOTHROW(tf::ops::FusedBatchNormGradV3(cpu, in.dy, in.x, in.scale, in.mean, in.variance, tensor()));
 
     // The same inputs under a CPU scope (explicitly chosen, or the default) run.
-    CHECK_NOTHROW(tf::ops::FusedBatchNormV3(tf::Scope::NewRootScope().WithDevice(cpu_device), in.x, in.scale,
-                                            in.offset, in.mean, in.variance));
-    CHECK_NOTHROW(tf::ops::FusedBatchNormV3(tf::Scope::NewRootScope(), in.x, in.scale, in.offset, in.mean,
-                                            in.variance));
+    CHECK_NOTHROW(tf::ops::FusedBatchNormV3(tf::Scope::NewRootScope().WithDevice(cpu_device), in.x, in.scale, in.offset,
+                                            in.mean, in.variance));
+    CHECK_NOTHROW(
+        tf::ops::FusedBatchNormV3(tf::Scope::NewRootScope(), in.x, in.scale, in.offset, in.mean, in.variance));
 }
 
 TEST_CASE("the scope decides gradient recording, and the thread's grad mode is restored")
@@ -447,8 +446,8 @@ TEST_CASE("the scope decides gradient recording, and the thread's grad mode is r
         const tf::ops::FusedBatchNormV3 bn(quiet, in.x, in.scale, in.offset, none, none);
         CHECK_FALSE(bn.y.requires_grad());
         CHECK_FALSE(bn.batch_mean.requires_grad());
-        const tf::ops::FusedBatchNormGradV3 g3(quiet, in.dy, in.x, in.scale, bn.reserve_space_1,
-                                               bn.reserve_space_2, bn.reserve_space_3);
+        const tf::ops::FusedBatchNormGradV3 g3(quiet, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
+                                               bn.reserve_space_3);
         CHECK_FALSE(g3.x_backprop.requires_grad());
         CHECK_FALSE(g3.scale_backprop.requires_grad());
         CHECK_FALSE(g3.offset_backprop.requires_grad());

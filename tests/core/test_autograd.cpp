@@ -42,8 +42,8 @@ TEST_CASE("backward accumulates into leaves and zero_grad clears")
 TEST_CASE("gradients from several paths are summed (diamond graph)")
 {
     const tensor x = scalar(3.0).requires_grad_();
-    const tensor a = mul(x, x);      // 2x
-    const tensor b = mul(a, x);      // 3x^2
+    const tensor a = mul(x, x);              // 2x
+    const tensor b = mul(a, x);              // 3x^2
     const tensor y = add(add(a, b), exp(x)); // 2x + 3x^2 + e^x
     const tensor g = grad({y}, {x})[0];
     CHECK(g.item() == doctest::Approx(6 + 27 + std::exp(3.0)));
@@ -58,7 +58,7 @@ TEST_CASE("grad with respect to an intermediate tensor and several outputs")
     const auto g = grad({y1, y2}, {h, x});
     CHECK(to_vector(g[0]) == std::vector<double>{4, 4});
     CHECK(to_vector(g[1]) == std::vector<double>{16, 16}); // (1 + 3) * 2x
-    CHECK_FALSE(x.grad().defined()); // grad() does not touch .grad
+    CHECK_FALSE(x.grad().defined());                       // grad() does not touch .grad
 }
 
 TEST_CASE("grad_outputs weight a non-scalar output")

@@ -6,7 +6,6 @@
 
 using namespace xgrad;
 
-
 TEST_CASE("shape errors name the shapes")
 {
     CHECK_ERROR(add(zeros({2, 3}), zeros({4})), std::invalid_argument, "[2, 3]", "[4]", "broadcast");

@@ -129,8 +129,7 @@ TEST_CASE("half: to_float matches an independent decoder for every pattern")
         else if (mag == 0x7c00)
             mismatches_f16 += !(std::isinf(f) && std::signbit(f) == (sign < 0));
         else
-            mismatches_f16 += !(static_cast<double>(f) == sign * ref_value_f16(mag) &&
-                                std::signbit(f) == (sign < 0));
+            mismatches_f16 += !(static_cast<double>(f) == sign * ref_value_f16(mag) && std::signbit(f) == (sign < 0));
 
         const float g = to_float(b16(bits));
         if (mag > 0x7f80)
@@ -138,8 +137,7 @@ TEST_CASE("half: to_float matches an independent decoder for every pattern")
         else if (mag == 0x7f80)
             mismatches_bf16 += !(std::isinf(g) && std::signbit(g) == (sign < 0));
         else
-            mismatches_bf16 += !(static_cast<double>(g) == sign * ref_value_bf16(mag) &&
-                                 std::signbit(g) == (sign < 0));
+            mismatches_bf16 += !(static_cast<double>(g) == sign * ref_value_bf16(mag) && std::signbit(g) == (sign < 0));
     }
     CHECK(mismatches_f16 == 0);
     CHECK(mismatches_bf16 == 0);
@@ -156,8 +154,8 @@ TEST_CASE("half: every float16 pattern round-trips through float and double")
         const std::uint16_t back_d = to_float16(static_cast<double>(f)).bits;
         if (is_nan_f16(bits))
         {
-            const bool ok = is_nan_f16(back) && is_nan_f16(back_d) &&
-                            (back & 0x8000) == (bits & 0x8000) && (back_d & 0x8000) == (bits & 0x8000);
+            const bool ok = is_nan_f16(back) && is_nan_f16(back_d) && (back & 0x8000) == (bits & 0x8000) &&
+                            (back_d & 0x8000) == (bits & 0x8000);
             failures += !ok;
             // A quiet NaN keeps its exact pattern.
             if (bits & 0x0200)
@@ -180,8 +178,8 @@ TEST_CASE("half: every bfloat16 pattern round-trips through float and double")
         const std::uint16_t back_d = to_bfloat16(static_cast<double>(f)).bits;
         if (is_nan_bf16(bits))
         {
-            const bool ok = is_nan_bf16(back) && is_nan_bf16(back_d) &&
-                            (back & 0x8000) == (bits & 0x8000) && (back_d & 0x8000) == (bits & 0x8000);
+            const bool ok = is_nan_bf16(back) && is_nan_bf16(back_d) && (back & 0x8000) == (bits & 0x8000) &&
+                            (back_d & 0x8000) == (bits & 0x8000);
             failures += !ok;
             if (bits & 0x0040)
                 failures += !(back == bits && back_d == bits);
@@ -197,16 +195,16 @@ TEST_CASE("half: float16 rounds ties to even")
     const float one = 1.0f;
     const float u = std::ldexp(1.0f, -11); // half an ulp of float16 at 1
     CHECK(to_float16(one).bits == 0x3c00);
-    CHECK(to_float16(one + u).bits == 0x3c00);          // tie, 1 is even
-    CHECK(to_float16(one + 3 * u).bits == 0x3c02);      // tie, 1 + 2^-9 is even
-    CHECK(to_float16(one + 5 * u).bits == 0x3c02);      // tie between 0x3c02 and 0x3c03
-    CHECK(to_float16(one + 7 * u).bits == 0x3c04);      // tie between 0x3c03 and 0x3c04
+    CHECK(to_float16(one + u).bits == 0x3c00);                       // tie, 1 is even
+    CHECK(to_float16(one + 3 * u).bits == 0x3c02);                   // tie, 1 + 2^-9 is even
+    CHECK(to_float16(one + 5 * u).bits == 0x3c02);                   // tie between 0x3c02 and 0x3c03
+    CHECK(to_float16(one + 7 * u).bits == 0x3c04);                   // tie between 0x3c03 and 0x3c04
     CHECK(to_float16(std::nextafter(one + u, 2.0f)).bits == 0x3c01); // just above the tie
     CHECK(to_float16(std::nextafter(one + 3 * u, 0.0f)).bits == 0x3c01);
-    CHECK(to_float16(2049.0f).bits == 0x6800);          // ulp 2 at 2048: tie down to 2048
-    CHECK(to_float16(2051.0f).bits == 0x6802);          // tie up to 2052
+    CHECK(to_float16(2049.0f).bits == 0x6800); // ulp 2 at 2048: tie down to 2048
+    CHECK(to_float16(2051.0f).bits == 0x6802); // tie up to 2052
     CHECK(to_float16(2050.0f).bits == 0x6801);
-    CHECK(to_float16(0.1f).bits == 0x2e66);             // 0.1 -> 0.0999755859375
+    CHECK(to_float16(0.1f).bits == 0x2e66); // 0.1 -> 0.0999755859375
     CHECK(to_float16(1.0f / 3.0f).bits == 0x3555);
     // Rounding up the largest fraction carries into the exponent.
     CHECK(to_float16(std::nextafter(2.0f, 0.0f)).bits == 0x4000);
@@ -269,20 +267,20 @@ TEST_CASE("half: subnormals")
     CHECK(to_float16(tiny).bits == 0x0001);
     CHECK(to_float16(-tiny).bits == 0x8001);
     CHECK(to_float16(1023 * tiny).bits == 0x03ff);
-    CHECK(to_float16(0.5f * tiny).bits == 0x0000);   // tie, 0 is even
+    CHECK(to_float16(0.5f * tiny).bits == 0x0000); // tie, 0 is even
     CHECK(to_float16(-0.5f * tiny).bits == 0x8000);
     CHECK(to_float16(std::nextafter(0.5f * tiny, 1.0f)).bits == 0x0001);
-    CHECK(to_float16(1.5f * tiny).bits == 0x0002);   // tie, 2 is even
+    CHECK(to_float16(1.5f * tiny).bits == 0x0002); // tie, 2 is even
     CHECK(to_float16(2.5f * tiny).bits == 0x0002);
     CHECK(to_float16(3.5f * tiny).bits == 0x0004);
     CHECK(to_float16(1023.5f * tiny).bits == 0x0400); // rounds up into the smallest normal
     CHECK(to_float16(std::nextafter(1023.5f * tiny, 0.0f)).bits == 0x03ff);
     CHECK(to_float16(1e-30f).bits == 0x0000);
-    CHECK(to_float16(1e-40f).bits == 0x0000);         // float subnormal
+    CHECK(to_float16(1e-40f).bits == 0x0000); // float subnormal
     CHECK(to_float16(-1e-40f).bits == 0x8000);
     CHECK(to_float16(std::ldexp(1.0, -25)).bits == 0x0000);
     CHECK(to_float16(std::ldexp(1.0, -25) + std::ldexp(1.0, -60)).bits == 0x0001);
-    CHECK(to_float16(4.9e-324).bits == 0x0000);       // double subnormal
+    CHECK(to_float16(4.9e-324).bits == 0x0000); // double subnormal
 
     // bfloat16 shares float's exponent range, including float subnormals.
     CHECK(to_float(b16(0x0001)) == std::ldexp(1.0f, -133));
@@ -418,14 +416,14 @@ TEST_CASE("half: float conversions agree with a search-based reference")
         if (h != ref_f16(x))
         {
             if (++f16_failures <= 5)
-                MESSAGE("float16 mismatch for float bits 0x" << std::hex << bits_of(x) << ": got 0x"
-                                                             << h << ", want 0x" << ref_f16(x));
+                MESSAGE("float16 mismatch for float bits 0x" << std::hex << bits_of(x) << ": got 0x" << h << ", want 0x"
+                                                             << ref_f16(x));
         }
         if (b != ref_bf16(x))
         {
             if (++bf16_failures <= 5)
-                MESSAGE("bfloat16 mismatch for float bits 0x" << std::hex << bits_of(x) << ": got 0x"
-                                                              << b << ", want 0x" << ref_bf16(x));
+                MESSAGE("bfloat16 mismatch for float bits 0x" << std::hex << bits_of(x) << ": got 0x" << b
+                                                              << ", want 0x" << ref_bf16(x));
         }
         // float -> double is exact, so both overloads must agree.
         double_agree_failures += (to_float16(static_cast<double>(x)).bits != h) +

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <set>
@@ -38,10 +38,7 @@ namespace
     };
 }
 
-TEST_CASE("thread_pool: the default thread count is positive")
-{
-    CHECK(get_num_threads() >= 1);
-}
+TEST_CASE("thread_pool: the default thread count is positive") { CHECK(get_num_threads() >= 1); }
 
 TEST_CASE("thread_pool: every index is covered exactly once")
 {
@@ -85,14 +82,12 @@ TEST_CASE("thread_pool: every index is covered exactly once")
                     // split into min(threads, length / grain) chunks.
                     if (length > 0)
                     {
-                        const auto want = std::max<std::int64_t>(
-                            1, std::min<std::int64_t>(threads, length / grain));
+                        const auto want = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, length / grain));
                         ok = ok && static_cast<std::int64_t>(chunks.size()) == want;
                     }
                     if (!ok && ++failures <= 5)
-                        MESSAGE("failed: threads=" << threads << " begin=" << begin
-                                                   << " length=" << length << " grain=" << grain
-                                                   << " chunks=" << chunks.size());
+                        MESSAGE("failed: threads=" << threads << " begin=" << begin << " length=" << length
+                                                   << " grain=" << grain << " chunks=" << chunks.size());
                 }
     }
     CHECK(failures == 0);

@@ -64,7 +64,8 @@ TEST_CASE("init: fans and the initialisers' distributions")
             REQUIRE(std::abs(e) <= bound);
     }
     {
-        const tensor w = nn::init::kaiming_normal(shape, gen, nn::init::nonlinearity::relu, nn::init::fan_mode::fan_out);
+        const tensor w = nn::init::kaiming_normal(shape, gen, nn::init::nonlinearity::relu,
+                                                  nn::init::fan_mode::fan_out);
         const auto [m, v] = moments(w);
         CHECK(std::abs(v / (2.0 / 200.0) - 1.0) < 0.03);
         CHECK(std::abs(m) < 0.02 * std::sqrt(v));
@@ -118,7 +119,8 @@ TEST_CASE("conv2d layer: parameters, forward = the op, layouts agree, describe, 
     generator g1(1), g2(1);
     nn::conv2d he(ok, g1);
     CHECK(max_abs_diff(he.parameter("weight"), nn::init::kaiming_uniform({6, 2, 3, 2}, g2, nn::init::nonlinearity::relu,
-                                                                          nn::init::fan_mode::fan_in, dtype::float64)) == 0.0);
+                                                                         nn::init::fan_mode::fan_in, dtype::float64)) ==
+          0.0);
 
     const tensor x = randn({2, 4, 7, 5}, gen, dtype::float64);
     conv2d_params p;

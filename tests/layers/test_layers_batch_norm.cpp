@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "layers_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -307,9 +307,10 @@ TEST_CASE("batch_norm3d: channels first and last, running statistics, eval")
     }
     first.eval();
     const tensor x = randn({1, 3, 2, 2, 2}, gen);
-    check_close(first(x), normalised(x, 1, to_vector(first.running_mean()), to_vector(first.running_var()),
-                                     {1, 1, 1}, {0, 0, 0}, 1e-5f),
-                1e-5);
+    check_close(
+        first(x),
+        normalised(x, 1, to_vector(first.running_mean()), to_vector(first.running_var()), {1, 1, 1}, {0, 0, 0}, 1e-5f),
+        1e-5);
     CHECK_ERROR(first(randn({2, 3, 4, 4}, gen)), xgrad::invalid_argument, "batch_norm3d", "rank-5", "[2, 3, 4, 4]",
                 "[N, C, D, H, W]");
     CHECK_ERROR(last(randn({2, 2, 2, 2, 4}, gen)), xgrad::invalid_argument, "3 channels", "dimension 4",
@@ -421,8 +422,8 @@ TEST_CASE("batch_norm: gradcheck and gradgradcheck through the layer (float64, t
         const char* format;
         shape_type shape;
     };
-    for (const layout_case& lc : {layout_case{"NCHW", {2, 3, 2, 2}}, layout_case{"NHWC", {2, 2, 2, 3}},
-                                  layout_case{"NCDHW", {2, 3, 2, 1, 2}}})
+    for (const layout_case& lc :
+         {layout_case{"NCHW", {2, 3, 2, 2}}, layout_case{"NHWC", {2, 2, 2, 3}}, layout_case{"NCDHW", {2, 3, 2, 1, 2}}})
     {
         nn::batch_norm_options o(3);
         o.dtype = dtype::float64;
@@ -494,7 +495,8 @@ TEST_CASE("batch_norm: forward_relu is relu(forward) (outputs, gradients, runnin
                 check_close(g1[k], g2[k], 1e-12);
             check_close(fused->running_mean(), plain->running_mean(), 1e-12);
             check_close(fused->running_var(), plain->running_var(), 1e-12);
-            CHECK(fused->num_batches_tracked().item<std::int64_t>() == plain->num_batches_tracked().item<std::int64_t>());
+            CHECK(fused->num_batches_tracked().item<std::int64_t>() ==
+                  plain->num_batches_tracked().item<std::int64_t>());
         }
         CHECK_ERROR(fused->forward_relu(randn({2, 2, 2, 2}, gen, dtype::float64)), xgrad::invalid_argument,
                     is3d ? "batch_norm3d" : "batch_norm2d", "[2, 2, 2, 2]");

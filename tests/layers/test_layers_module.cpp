@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "layers_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -50,9 +50,9 @@ TEST_CASE("module: registration order, nested names, modes, zero_grad")
     CHECK(names_of(net.named_parameters()) ==
           std::vector<std::string>{"bias", "bn1.scale", "bn1.offset", "bn2.scale", "bn2.offset"});
     CHECK(names_of(net.named_parameters(false)) == std::vector<std::string>{"bias"});
-    CHECK(names_of(net.named_buffers()) ==
-          std::vector<std::string>{"steps", "bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked",
-                                   "bn2.running_mean", "bn2.running_var", "bn2.num_batches_tracked"});
+    CHECK(names_of(net.named_buffers()) == std::vector<std::string>{"steps", "bn1.running_mean", "bn1.running_var",
+                                                                    "bn1.num_batches_tracked", "bn2.running_mean",
+                                                                    "bn2.running_var", "bn2.num_batches_tracked"});
     CHECK(net.parameters().size() == 5);
     CHECK(net.buffers().size() == 7);
     CHECK(net.named_children().size() == 2);
@@ -113,8 +113,8 @@ TEST_CASE("module: registration and replacement errors")
     CHECK_ERROR(net.parameter("bn1.nope"), xgrad::invalid_argument, "'bn1.nope'");
     CHECK_ERROR(net.buffer("bias"), xgrad::invalid_argument, "'bias'");
 
-    CHECK_ERROR(net.set_parameter("bn1.scale", ones({4})), xgrad::invalid_argument, "small_net", "'bn1.scale'",
-                "[4]", "[3]");
+    CHECK_ERROR(net.set_parameter("bn1.scale", ones({4})), xgrad::invalid_argument, "small_net", "'bn1.scale'", "[4]",
+                "[3]");
     CHECK_ERROR(net.set_parameter("bias", zeros({3}, dtype::float64)), xgrad::invalid_argument, "'bias'", "float64",
                 "float32");
     CHECK_ERROR(net.set_parameter("nope", zeros({3})), xgrad::invalid_argument, "'nope'");

@@ -18,7 +18,7 @@
             thrown = true;                                                                                             \
             const std::string msg = e.what();                                                                          \
             for (const char* part : {__VA_ARGS__})                                                                     \
-                CHECK_MESSAGE(msg.find(part) != std::string::npos, "message '" << msg << "' lacks '" << part << "'"); \
+                CHECK_MESSAGE(msg.find(part) != std::string::npos, "message '" << msg << "' lacks '" << part << "'");  \
         }                                                                                                              \
         CHECK_MESSAGE(thrown, #expr " did not throw " #type);                                                          \
     } while (0)

@@ -131,9 +131,9 @@ namespace cpu_kernels_test
     enum class layout
     {
         contiguous,
-        permuted,  // dims laid out in a random order
-        padded,    // random dim order, random gaps between rows, a step of 2 innermost
-        broadcast  // contiguous with some strides 0 (inputs only)
+        permuted, // dims laid out in a random order
+        padded,   // random dim order, random gaps between rows, a step of 2 innermost
+        broadcast // contiguous with some strides 0 (inputs only)
     };
     constexpr std::array<layout, 3> out_layouts = {layout::contiguous, layout::permuted, layout::padded};
     constexpr std::array<layout, 4> in_layouts = {layout::contiguous, layout::permuted, layout::padded,

@@ -89,9 +89,12 @@ namespace fashion_run
         o.schedule = schedule.get();
         o.test_data = test_data;
         o.log = &log;
-        o.run_metadata = {{"data_format", c.data_format}, {"seed", std::to_string(c.seed)},
-                          {"batch_size", std::to_string(c.batch_size)}, {"lr", std::to_string(c.lr)},
-                          {"schedule", c.schedule}, {"epochs", std::to_string(c.epochs)},
+        o.run_metadata = {{"data_format", c.data_format},
+                          {"seed", std::to_string(c.seed)},
+                          {"batch_size", std::to_string(c.batch_size)},
+                          {"lr", std::to_string(c.lr)},
+                          {"schedule", c.schedule},
+                          {"epochs", std::to_string(c.epochs)},
                           {"limit", std::to_string(c.limit)}};
         train::trainer t(*model, *opt, loader, o);
         if (!c.resume.empty())

@@ -76,7 +76,8 @@ namespace gradcheck_cases
     inline tensor bn_relu_grad(const args& a, const char* format, bool training)
     {
         const batch_norm_attrs at = bn_attrs(format, training);
-        const auto f = fused_batch_norm_relu(a[1].detach(), a[2].detach(), on(a, bn_offset), on(a, bn_mean), on(a, bn_var), at);
+        const auto f = fused_batch_norm_relu(a[1].detach(), a[2].detach(), on(a, bn_offset), on(a, bn_mean),
+                                             on(a, bn_var), at);
         const auto r = fused_batch_norm_relu_grad(a[0], a[1], f.y, a[2], training ? f.reserve_space_1 : on(a, bn_mean),
                                                   training ? f.reserve_space_2 : on(a, bn_var), at);
         return concat({reshape(r.x_backprop, {-1}), r.scale_backprop, r.offset_backprop}, 0);
@@ -92,7 +93,8 @@ namespace gradcheck_cases
             no_grad guard;
             const std::size_t i = grad_row ? 1 : 0;
             const tensor offset = grad_row ? on(a, bn_offset) : a[2];
-            const tensor y = fused_batch_norm(a[i], a[i + 1], offset, on(a, bn_mean), on(a, bn_var), bn_attrs(format, training)).y;
+            const tensor y =
+                fused_batch_norm(a[i], a[i + 1], offset, on(a, bn_mean), on(a, bn_var), bn_attrs(format, training)).y;
             bool positive = false, negative = false;
             for (double v : to_vector(y))
             {
@@ -104,7 +106,11 @@ namespace gradcheck_cases
         };
     }
 
-#define F(expr) [](const args& x) { (void)x; return expr; }
+#define F(expr)                                                                                                        \
+    [](const args& x) {                                                                                                \
+        (void)x;                                                                                                       \
+        return expr;                                                                                                   \
+    }
     // clang-format off
     inline const std::vector<op_case> cases = [] {
     std::vector<op_case> rows = {

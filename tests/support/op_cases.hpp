@@ -24,10 +24,8 @@ namespace tests
 #define XGRAD_TEST_BINARY(name) binary_op::name,
 #define XGRAD_TEST_REDUCE(name) reduce_op::name,
     constexpr std::array<unary_op, xgrad::kernels::unary_op_count> all_unary = {XGRAD_UNARY_OPS(XGRAD_TEST_UNARY)};
-    constexpr std::array<binary_op, xgrad::kernels::binary_op_count> all_binary = {
-        XGRAD_BINARY_OPS(XGRAD_TEST_BINARY)};
-    constexpr std::array<reduce_op, xgrad::kernels::reduce_op_count> all_reduce = {
-        XGRAD_REDUCE_OPS(XGRAD_TEST_REDUCE)};
+    constexpr std::array<binary_op, xgrad::kernels::binary_op_count> all_binary = {XGRAD_BINARY_OPS(XGRAD_TEST_BINARY)};
+    constexpr std::array<reduce_op, xgrad::kernels::reduce_op_count> all_reduce = {XGRAD_REDUCE_OPS(XGRAD_TEST_REDUCE)};
 #undef XGRAD_TEST_REDUCE
 #undef XGRAD_TEST_BINARY
 #undef XGRAD_TEST_UNARY

@@ -34,8 +34,7 @@ namespace xgrad::cpu::bn_detail
         }
     }
 
-    void widen_rows(float* dst, const float16_t* src, std::int64_t rows, std::int64_t n, std::int64_t stride,
-                    bool f16c)
+    void widen_rows(float* dst, const float16_t* src, std::int64_t rows, std::int64_t n, std::int64_t stride, bool f16c)
     {
         if (stride == n)
             return widen_run(dst, src, rows * n, f16c);

@@ -158,8 +158,7 @@ namespace xgrad::cpu::bn_detail
         }
 
         /// Writes a staged piece back (rounded once to T); nothing when in place.
-        void finish(const scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n,
-                    std::int64_t stride) const
+        void finish(const scratch& s, std::int64_t offset, std::int64_t rows, std::int64_t n, std::int64_t stride) const
         {
             if constexpr (operands<T, S>::staged())
                 narrow_rows(out + offset, s.out.data(), rows, n, stride, f16c);

@@ -119,9 +119,8 @@ namespace xgrad::cpu
             // Channels-last rows: whole cache lines. Channels-first: contiguous runs of at least
             // 2 KiB per outer index (shorter runs scattered over many pages starve the hardware
             // prefetchers).
-            const std::int64_t unit = inner < bn_detail::run_min_inner
-                                          ? 64 / std::gcd(inner * elem, std::int64_t{64})
-                                          : (2048 + inner * elem - 1) / (inner * elem);
+            const std::int64_t unit = inner < bn_detail::run_min_inner ? 64 / std::gcd(inner * elem, std::int64_t{64})
+                                                                       : (2048 + inner * elem - 1) / (inner * elem);
             const std::int64_t pc = std::min(C, std::max(unit, budget / 8 / per_channel / unit * unit));
             const std::int64_t blocks = (C + pc - 1) / pc;
             if (blocks < 4 || pc * per_channel > budget / 4)
@@ -177,8 +176,8 @@ namespace xgrad::cpu
         /// apply() coefficients of the training dx from the sums (R elements per channel):
         /// dx = k1 (dy - sum_dy/R) - k1 r^2 sum_dy_xc/R (x - mean), k1 = scale r.
         template <class S>
-        std::vector<S> grad_apply_coef(const S* scale, const S* mean, const S* var, const S* sum_dy,
-                                       const S* sum_dy_xc, double eps, double R, std::int64_t C)
+        std::vector<S> grad_apply_coef(const S* scale, const S* mean, const S* var, const S* sum_dy, const S* sum_dy_xc,
+                                       double eps, double R, std::int64_t C)
         {
             auto coef = coef_table<S>(C);
             for (std::int64_t c = 0; c < C; ++c)
@@ -219,9 +218,8 @@ namespace xgrad::cpu
         });
     }
 
-    void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                      const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
-                      std::int64_t inner)
+    void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean, const void* var,
+                      double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
@@ -349,8 +347,9 @@ namespace xgrad::cpu
             for (std::int64_t c = 0; c < C; ++c)
                 k[c] = static_cast<S>(at<S>(scale, c) * inv_std<S>(var, c, eps));
             const bool f16c = use_f16c();
-            const auto io = operands<T, S>(f16c).with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy),
-                                                                                          static_cast<const T*>(y));
+            const auto io = operands<T, S>(f16c)
+                                .with_x(static_cast<const T*>(x))
+                                .with_g(static_cast<const T*>(dy), static_cast<const T*>(y));
             const output_operand<T, S> out{static_cast<T*>(dx), f16c};
             const auto sums = reduce_writing(geometry(outer, C, inner), io, static_cast<const S*>(mean),
                                              static_cast<const S*>(k.data()), out);
@@ -359,9 +358,8 @@ namespace xgrad::cpu
         });
     }
 
-    void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean,
-                             const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C,
-                             std::int64_t inner)
+    void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean, const void* var,
+                             double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);

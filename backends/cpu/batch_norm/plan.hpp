@@ -203,10 +203,7 @@ namespace xgrad::cpu::bn_detail
         {
             return chunks == 1 ? items_per_channel * ((C + run_cb - 1) / run_cb) : outer * C * chunks;
         }
-        std::int64_t run_item_elems() const noexcept
-        {
-            return chunks == 1 ? seg_per_item * run_cb * inner : chunk_len;
-        }
+        std::int64_t run_item_elems() const noexcept { return chunks == 1 ? seg_per_item * run_cb * inner : chunk_len; }
         run_block_t run_block(std::int64_t item) const noexcept
         {
             run_block_t b{};

@@ -75,9 +75,8 @@ namespace xgrad::cpu::reference
         });
     }
 
-    void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean,
-                      const void* var, double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C,
-                      std::int64_t inner)
+    void bn_normalize(void* y, const void* x, const void* scale, const void* offset, const void* mean, const void* var,
+                      double eps, bool relu, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
@@ -100,8 +99,8 @@ namespace xgrad::cpu::reference
 
     namespace
     {
-        void grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* y, const void* x,
-                         const void* mean, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
+        void grad_reduce(void* sum_dy, void* sum_dy_xc, const void* dy, const void* y, const void* x, const void* mean,
+                         dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
         {
             visit_with_stats(xdt, [&](auto t, auto s) {
                 using T = decltype(t);
@@ -131,10 +130,10 @@ namespace xgrad::cpu::reference
                 for_each(outer, C, inner, [&](std::int64_t k, std::int64_t c) {
                     const double r = inv_std(var, c, eps, std::is_same_v<S, double>);
                     const double xc = load<T>(x, k) - load<S>(mean, c);
-                    store<T>(dx, k,
-                             load<S>(scale, c) * r *
-                                 (masked_dy<T>(dy, y, k) - load<S>(sum_dy, c) / R -
-                                  xc * r * r * load<S>(sum_dy_xc, c) / R));
+                    store<T>(
+                        dx, k,
+                        load<S>(scale, c) * r *
+                            (masked_dy<T>(dy, y, k) - load<S>(sum_dy, c) / R - xc * r * r * load<S>(sum_dy_xc, c) / R));
                 });
             });
         }
@@ -176,9 +175,8 @@ namespace xgrad::cpu::reference
         });
     }
 
-    void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean,
-                             const void* var, double eps, dtype xdt, std::int64_t outer, std::int64_t C,
-                             std::int64_t inner)
+    void bn_grad_grad_reduce(void* sums, const void* A, const void* g, const void* x, const void* mean, const void* var,
+                             double eps, dtype xdt, std::int64_t outer, std::int64_t C, std::int64_t inner)
     {
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);

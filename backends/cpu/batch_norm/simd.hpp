@@ -27,7 +27,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "backends/cpu/simd/kernels.hpp" // simd::archs
-#include "xgrad/half.hpp"                 // bfloat16_t
+#include "xgrad/half.hpp"                // bfloat16_t
 
 namespace xgrad::cpu::simd
 {
@@ -149,17 +149,17 @@ namespace xgrad::cpu::simd
 // declarations below and empty for the definitions in ../simd_<arch>.cpp. IO is the type of
 // the x-like tensors the functor reads and writes: T itself, or bfloat16 for T = float
 // (converted in registers on load and rounded to nearest even on store).
-#define XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T, IO)                                                \
-    EXTERN template void xgrad::cpu::simd::bn_tile_fn::operator()<ARCH, T, IO>(                                \
-        ARCH, const xgrad::cpu::simd::bn_tile<T, IO>*, xgrad::cpu::simd::bn_sums) const noexcept;              \
-    EXTERN template void xgrad::cpu::simd::bn_run_fn::operator()<ARCH, T, IO>(                                 \
-        ARCH, const xgrad::cpu::simd::bn_run<T, IO>*, xgrad::cpu::simd::bn_sums) const noexcept;               \
-    EXTERN template void xgrad::cpu::simd::bn_affine_fn::operator()<ARCH, T, IO>(                              \
+#define XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T, IO)                                                        \
+    EXTERN template void xgrad::cpu::simd::bn_tile_fn::operator()<ARCH, T, IO>(                                        \
+        ARCH, const xgrad::cpu::simd::bn_tile<T, IO>*, xgrad::cpu::simd::bn_sums) const noexcept;                      \
+    EXTERN template void xgrad::cpu::simd::bn_run_fn::operator()<ARCH, T, IO>(                                         \
+        ARCH, const xgrad::cpu::simd::bn_run<T, IO>*, xgrad::cpu::simd::bn_sums) const noexcept;                       \
+    EXTERN template void xgrad::cpu::simd::bn_affine_fn::operator()<ARCH, T, IO>(                                      \
         ARCH, const xgrad::cpu::simd::bn_affine<T, IO>*) const noexcept;
 
-#define XGRAD_CPU_BN_SIMD_INSTANTIATE(EXTERN, ARCH)                                                            \
-    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, float)                                             \
-    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double, double)                                           \
+#define XGRAD_CPU_BN_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                    \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, float)                                                     \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double, double)                                                   \
     XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, xgrad::bfloat16_t)
 
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::sse2)

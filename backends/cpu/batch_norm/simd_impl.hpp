@@ -124,14 +124,13 @@ namespace xgrad::cpu::simd
                 {
                     const __m256i x = _mm256_castps_si256(v);
                     const __m256i hi = _mm256_srli_epi32(x, 16);
-                    const __m256i rounded = _mm256_srli_epi32(
-                        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-                                         _mm256_and_si256(hi, _mm256_set1_epi32(1))),
-                        16);
+                    const __m256i rounded =
+                        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                                           _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                                          16);
                     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
                                                            _mm256_set1_epi32(0x7f800000));
-                    const __m256i r =
-                        _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+                    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
                     // packus works within each 128-bit lane: take the low 64 bits of both lanes.
                     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
                     _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm256_castsi256_si128(packed));
@@ -143,8 +142,8 @@ namespace xgrad::cpu::simd
                     const __m128i rounded = _mm_srli_epi32(
                         _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))),
                         16);
-                    const __m128i nan =
-                        _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+                    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)),
+                                                        _mm_set1_epi32(0x7f800000));
                     const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(hi, _mm_set1_epi32(0x40))),
                                                    _mm_andnot_si128(nan, rounded));
                     // Sign-extend the 16-bit results so the signed saturating pack keeps their bits.
@@ -203,8 +202,8 @@ namespace xgrad::cpu::simd
 
         /// Adds one batch of terms to the kind's accumulators (d = x - m).
         template <bn_sums Kind, class Arch, class T>
-        void add_terms(batch<Arch, T>* acc, const batch<Arch, T>& x, const batch<Arch, T>& g,
-                       const batch<Arch, T>& a, const batch<Arch, T>& m) noexcept
+        void add_terms(batch<Arch, T>* acc, const batch<Arch, T>& x, const batch<Arch, T>& g, const batch<Arch, T>& a,
+                       const batch<Arch, T>& m) noexcept
         {
             if constexpr (Kind == bn_sums::x)
                 acc[0] += x;

@@ -33,78 +33,76 @@ namespace xgrad::cpu::bn_detail
     {
         using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
-        const std::int64_t G = geo.groups, inner = geo.inner, C = geo.C, cols = geo.cols, cb = geo.cb,
-                           rs = geo.rstride;
+        const std::int64_t G = geo.groups, inner = geo.inner, C = geo.C, cols = geo.cols, cb = geo.cb, rs = geo.rstride;
         const std::int64_t B = geo.blocks_per_item, groups_of_blocks = (geo.row_blocks + B - 1) / B;
         // partial[(gb * K + s) * G + group]: one per group of B row blocks.
         std::vector<S> partial(static_cast<std::size_t>(groups_of_blocks * K * G));
-        parallel_for(
-            0, groups_of_blocks * geo.col_blocks, std::max<std::int64_t>(1, grain / (B * geo.tile_elems())),
-            [&](std::int64_t begin, std::int64_t end) {
-                const std::int64_t gpb = cb / inner; // groups per column block
-                std::vector<S> acc(static_cast<std::size_t>(K * cb)), mcol(static_cast<std::size_t>(cb)),
-                    kcol(static_cast<std::size_t>(cb)), blocks(static_cast<std::size_t>(B * K * gpb));
-                const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                typename operands<T, S>::scratch scr(sub_rows * cb);
-                for (std::int64_t item = begin; item < end; ++item)
-                {
-                    const std::int64_t gb = item / geo.col_blocks, cbi = item % geo.col_blocks;
-                    const std::int64_t j0 = cbi * cb, nc = std::min(cb, cols - j0), ng = nc / inner;
-                    geo.expand(j0, nc, [&](std::int64_t j, std::int64_t c) {
-                        mcol[j] = m ? m[c] : S(0);
-                        kcol[j] = k ? k[c] : S(0);
-                    });
-                    const std::int64_t nb = std::min(B, geo.row_blocks - gb * B);
-                    for (std::int64_t bi = 0; bi < nb; ++bi)
-                    {
-                        // Block bi's sums per group, at blocks[(bi * K + s) * ng + q].
-                        const auto t = geo.tile_at((gb * B + bi) * geo.col_blocks + cbi);
-                        S* bp = blocks.data() + bi * K * ng;
-                        const std::int64_t nvg = t.nvalid / inner;
-                        for (int s = 0; s < K; ++s)
-                            std::fill(bp + s * ng + nvg, bp + s * ng + ng, S(0));
-                        if (t.nvalid == 0)
-                            continue;
-                        const std::int64_t base = t.r0 * rs + t.j0;
-                        const std::int64_t step = io.staged() ? sub_rows : t.nr;
-                        for (std::int64_t r = 0; r < t.nr; r += step)
-                        {
-                            const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
-                            const auto in = io.begin(scr, off, rows, t.nvalid, rs);
-                            simd::bn_tile<S, P> tile{};
-                            tile.x = in.x;
-                            tile.g = in.g;
-                            tile.a = in.a;
-                            tile.y = in.y;
-                            tile.out = out ? out->begin(scr, off, t.nvalid, rs).out : nullptr;
-                            tile.in_stride = tile.out_stride = in.stride;
-                            tile.nrows = rows;
-                            tile.ncols = t.nvalid;
-                            tile.m = mcol.data();
-                            tile.k = kcol.data();
-                            tile.acc = acc.data();
-                            tile.acc_stride = cb;
-                            tile.accumulate = r > 0;
-                            simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
-                            if (out)
-                                out->finish(scr, off, rows, t.nvalid, rs);
-                        }
-                        for (int s = 0; s < K; ++s)
-                        {
-                            const S* a = acc.data() + s * cb;
-                            if (inner == 1)
-                                std::copy(a, a + nvg, bp + s * ng);
-                            else
-                                for (std::int64_t q = 0; q < nvg; ++q)
-                                    bp[s * ng + q] = pairwise(a + q * inner, inner, std::int64_t{1});
-                        }
-                    }
-                    tree_combine_span(blocks.data(), nb, K * ng, 0, K * ng);
-                    for (int s = 0; s < K; ++s)
-                        std::copy(blocks.data() + s * ng, blocks.data() + (s + 1) * ng,
-                                  partial.data() + (gb * K + s) * G + j0 / inner);
-                }
-            });
+        parallel_for(0, groups_of_blocks * geo.col_blocks, std::max<std::int64_t>(1, grain / (B * geo.tile_elems())),
+                     [&](std::int64_t begin, std::int64_t end) {
+                         const std::int64_t gpb = cb / inner; // groups per column block
+                         std::vector<S> acc(static_cast<std::size_t>(K * cb)), mcol(static_cast<std::size_t>(cb)),
+                             kcol(static_cast<std::size_t>(cb)), blocks(static_cast<std::size_t>(B * K * gpb));
+                         const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
+                         typename operands<T, S>::scratch scr(sub_rows * cb);
+                         for (std::int64_t item = begin; item < end; ++item)
+                         {
+                             const std::int64_t gb = item / geo.col_blocks, cbi = item % geo.col_blocks;
+                             const std::int64_t j0 = cbi * cb, nc = std::min(cb, cols - j0), ng = nc / inner;
+                             geo.expand(j0, nc, [&](std::int64_t j, std::int64_t c) {
+                                 mcol[j] = m ? m[c] : S(0);
+                                 kcol[j] = k ? k[c] : S(0);
+                             });
+                             const std::int64_t nb = std::min(B, geo.row_blocks - gb * B);
+                             for (std::int64_t bi = 0; bi < nb; ++bi)
+                             {
+                                 // Block bi's sums per group, at blocks[(bi * K + s) * ng + q].
+                                 const auto t = geo.tile_at((gb * B + bi) * geo.col_blocks + cbi);
+                                 S* bp = blocks.data() + bi * K * ng;
+                                 const std::int64_t nvg = t.nvalid / inner;
+                                 for (int s = 0; s < K; ++s)
+                                     std::fill(bp + s * ng + nvg, bp + s * ng + ng, S(0));
+                                 if (t.nvalid == 0)
+                                     continue;
+                                 const std::int64_t base = t.r0 * rs + t.j0;
+                                 const std::int64_t step = io.staged() ? sub_rows : t.nr;
+                                 for (std::int64_t r = 0; r < t.nr; r += step)
+                                 {
+                                     const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
+                                     const auto in = io.begin(scr, off, rows, t.nvalid, rs);
+                                     simd::bn_tile<S, P> tile{};
+                                     tile.x = in.x;
+                                     tile.g = in.g;
+                                     tile.a = in.a;
+                                     tile.y = in.y;
+                                     tile.out = out ? out->begin(scr, off, t.nvalid, rs).out : nullptr;
+                                     tile.in_stride = tile.out_stride = in.stride;
+                                     tile.nrows = rows;
+                                     tile.ncols = t.nvalid;
+                                     tile.m = mcol.data();
+                                     tile.k = kcol.data();
+                                     tile.acc = acc.data();
+                                     tile.acc_stride = cb;
+                                     tile.accumulate = r > 0;
+                                     simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
+                                     if (out)
+                                         out->finish(scr, off, rows, t.nvalid, rs);
+                                 }
+                                 for (int s = 0; s < K; ++s)
+                                 {
+                                     const S* a = acc.data() + s * cb;
+                                     if (inner == 1)
+                                         std::copy(a, a + nvg, bp + s * ng);
+                                     else
+                                         for (std::int64_t q = 0; q < nvg; ++q)
+                                             bp[s * ng + q] = pairwise(a + q * inner, inner, std::int64_t{1});
+                                 }
+                             }
+                             tree_combine_span(blocks.data(), nb, K * ng, 0, K * ng);
+                             for (int s = 0; s < K; ++s)
+                                 std::copy(blocks.data() + s * ng, blocks.data() + (s + 1) * ng,
+                                           partial.data() + (gb * K + s) * G + j0 / inner);
+                         }
+                     });
         tree_combine(partial.data(), groups_of_blocks, K * G, K * G);
         for (int s = 0; s < K; ++s)
             for (std::int64_t c = 0; c < C; ++c)

@@ -10,9 +10,9 @@
 #include <type_traits>
 
 #include "backends/common/convert.hpp"
+#include "backends/common/layout.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/common/layout.hpp"
 #include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 

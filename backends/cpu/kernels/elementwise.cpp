@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/common/layout.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/common/layout.hpp"
 #include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -43,8 +43,8 @@ namespace xgrad::cpu
         /// neither, and all non-flat operands when rows are short, go through buffers of
         /// `chunk` elements (gather inputs, scatter the output).
         template <class T, std::size_t NIn, class Row>
-        void simd_elementwise(const space<NIn + 1>& sp, T* out, const std::array<const T*, NIn>& in,
-                              std::int64_t begin, std::int64_t end, Row&& row)
+        void simd_elementwise(const space<NIn + 1>& sp, T* out, const std::array<const T*, NIn>& in, std::int64_t begin,
+                              std::int64_t end, Row&& row)
         {
             constexpr std::size_t N = NIn + 1;
             constexpr std::int64_t chunk = 1024;

@@ -64,57 +64,57 @@ namespace xgrad::cpu
             // One (n, c) plane per work item: each writes only its own outputs, so the result
             // does not depend on the thread count.
             const std::int64_t per_plane = std::max<std::int64_t>(1, d.oh * d.ow * d.kh * d.kw);
-            parallel_for(0, d.n * d.c, std::max<std::int64_t>(1, grain / per_plane), [&](std::int64_t b, std::int64_t e) {
-                for (std::int64_t p = b; p < e; ++p)
-                {
-                    const std::int64_t n = p / d.c, c = p % d.c;
-                    const T* plane = xp + n * x_strides[0] + c * x_strides[1];
-                    const std::int64_t plane_offset = n * x_strides[0] + c * x_strides[1];
-                    std::int64_t* out = idx + n * idx_strides[0] + c * idx_strides[1];
-                    for (std::int64_t oh = 0; oh < d.oh; ++oh)
-                    {
-                        const span r = rows[static_cast<std::size_t>(oh)];
-                        std::int64_t* out_row = out + oh * idx_strides[2];
-                        for (std::int64_t ow = 0; ow < d.ow; ++ow)
-                        {
-                            const span q = cols[static_cast<std::size_t>(ow)];
-                            const std::int64_t origin = r.offset + q.offset;
-                            // The op guarantees every window reaches the input, so the tap
-                            // ranges are not empty; start from the first tap inside.
-                            std::int64_t best = origin + r.first * step_i + q.first * step_j;
-                            S best_v = detail::widen<S>(plane[best]);
-                            // The first maximum wins. `!(v <= best_v)` is true for a larger v
-                            // and for a NaN v; a NaN ends the search (the first NaN wins and
-                            // propagates, as in xgrad::max).
-                            if (best_v == best_v)
-                                for (std::int64_t i = r.first; i < r.last; ++i)
-                                {
-                                    const std::int64_t row = origin + i * step_i;
-                                    std::int64_t j = q.first;
-                                    for (; j < q.last; ++j)
-                                    {
-                                        const S v = detail::widen<S>(plane[row + j * step_j]);
-                                        if (!(v <= best_v))
-                                        {
-                                            best = row + j * step_j;
-                                            best_v = v;
-                                            if (v != v)
-                                                break;
-                                        }
-                                    }
-                                    if (best_v != best_v)
-                                        break;
-                                }
-                            out_row[ow * idx_strides[3]] = plane_offset + best;
-                        }
-                    }
-                }
-            });
+            parallel_for(0, d.n * d.c, std::max<std::int64_t>(1, grain / per_plane),
+                         [&](std::int64_t b, std::int64_t e) {
+                             for (std::int64_t p = b; p < e; ++p)
+                             {
+                                 const std::int64_t n = p / d.c, c = p % d.c;
+                                 const T* plane = xp + n * x_strides[0] + c * x_strides[1];
+                                 const std::int64_t plane_offset = n * x_strides[0] + c * x_strides[1];
+                                 std::int64_t* out = idx + n * idx_strides[0] + c * idx_strides[1];
+                                 for (std::int64_t oh = 0; oh < d.oh; ++oh)
+                                 {
+                                     const span r = rows[static_cast<std::size_t>(oh)];
+                                     std::int64_t* out_row = out + oh * idx_strides[2];
+                                     for (std::int64_t ow = 0; ow < d.ow; ++ow)
+                                     {
+                                         const span q = cols[static_cast<std::size_t>(ow)];
+                                         const std::int64_t origin = r.offset + q.offset;
+                                         // The op guarantees every window reaches the input, so the tap
+                                         // ranges are not empty; start from the first tap inside.
+                                         std::int64_t best = origin + r.first * step_i + q.first * step_j;
+                                         S best_v = detail::widen<S>(plane[best]);
+                                         // The first maximum wins. `!(v <= best_v)` is true for a larger v
+                                         // and for a NaN v; a NaN ends the search (the first NaN wins and
+                                         // propagates, as in xgrad::max).
+                                         if (best_v == best_v)
+                                             for (std::int64_t i = r.first; i < r.last; ++i)
+                                             {
+                                                 const std::int64_t row = origin + i * step_i;
+                                                 std::int64_t j = q.first;
+                                                 for (; j < q.last; ++j)
+                                                 {
+                                                     const S v = detail::widen<S>(plane[row + j * step_j]);
+                                                     if (!(v <= best_v))
+                                                     {
+                                                         best = row + j * step_j;
+                                                         best_v = v;
+                                                         if (v != v)
+                                                             break;
+                                                     }
+                                                 }
+                                                 if (best_v != best_v)
+                                                     break;
+                                             }
+                                         out_row[ow * idx_strides[3]] = plane_offset + best;
+                                     }
+                                 }
+                             }
+                         });
         });
     }
 
-    std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt,
-                      std::int64_t n)
+    std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)
     {
         for (std::int64_t i = 0; i < n; ++i)
             if (idx[i] < 0 || idx[i] >= x_numel)

@@ -19,9 +19,9 @@
 
 #include <cblas.h>
 
+#include "backends/common/matmul_dims.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/common/matmul_dims.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu
@@ -127,9 +127,8 @@ namespace xgrad::cpu
             const std::int64_t mn = m * n;
             if (k == 0)
             {
-                parallel_for(0, batch * mn, grain, [&](std::int64_t begin, std::int64_t end) {
-                    std::fill(out + begin, out + end, T(0));
-                });
+                parallel_for(0, batch * mn, grain,
+                             [&](std::int64_t begin, std::int64_t end) { std::fill(out + begin, out + end, T(0)); });
                 return;
             }
             const auto view_a = view_for_blas(m, k, a_strides[1], a_strides[2]);

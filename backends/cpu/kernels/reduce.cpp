@@ -15,9 +15,9 @@
 #include <limits>
 #include <vector>
 
+#include "backends/common/layout.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/common/layout.hpp"
 #include "backends/cpu/simd/kernels.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -138,7 +138,8 @@ namespace xgrad::cpu
                                      const std::int64_t rb = item % row_blocks, cb = (item / row_blocks) % col_blocks,
                                                         ko = item / row_blocks / col_blocks;
                                      const std::int64_t c0 = cb * cols_block, ncols = std::min(cols_block, cols - c0);
-                                     const std::int64_t r0 = rb * rows_block, nrows = std::min(rows_block, r_total - r0);
+                                     const std::int64_t r0 = rb * rows_block,
+                                                        nrows = std::min(rows_block, r_total - r0);
                                      kc.seek(ko * cols);
                                      rc.seek(r0);
                                      std::int64_t* o = offsets;
@@ -146,7 +147,7 @@ namespace xgrad::cpu
                                          for (std::int64_t j = 0; j < n; ++j)
                                              *o++ = off[0] + j * red_stride;
                                      });
-                                     T* acc = row_blocks > 1 ? partial.data() + (ko * row_blocks + rb) * cols + c0
+                                     T* acc = row_blocks > 1    ? partial.data() + (ko * row_blocks + rb) * cols + c0
                                               : out_stride == 1 ? out + kc.offset()[1] + c0
                                                                 : scatter.data();
                                      simd_call<simd::reduce_rows_fn>(acc, x + kc.offset()[0] + c0,
@@ -164,7 +165,8 @@ namespace xgrad::cpu
                                      for (std::int64_t item = begin; item < end; ++item)
                                      {
                                          const std::int64_t cb = item % col_blocks, ko = item / col_blocks;
-                                         const std::int64_t c0 = cb * cols_block, ncols = std::min(cols_block, cols - c0);
+                                         const std::int64_t c0 = cb * cols_block,
+                                                            ncols = std::min(cols_block, cols - c0);
                                          T* v = partial.data() + ko * row_blocks * cols + c0;
                                          tree_combine(op, v, row_blocks, cols, ncols);
                                          kc.seek(ko * cols);

@@ -233,7 +233,8 @@ namespace xgrad::cpu
                         T* xr = x + n * xs[0] + h * xs[2];
                         for (std::int64_t w = 0; w < d.w; ++w)
                             for (std::int64_t c = 0; c < d.c; ++c)
-                                xr[w * xs[3] + c * xs[1]] = detail::convert<T>(acc[static_cast<std::size_t>(w * d.c + c)]);
+                                xr[w * xs[3] + c * xs[1]] =
+                                    detail::convert<T>(acc[static_cast<std::size_t>(w * d.c + c)]);
                     }
                 });
                 return;
@@ -300,8 +301,8 @@ namespace xgrad::cpu
         }
     }
 
-    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides,
-                  dtype dt, const window2d_dims& d, double pad_value)
+    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+                  const window2d_dims& d, double pad_value)
     {
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);
@@ -310,8 +311,8 @@ namespace xgrad::cpu
         });
     }
 
-    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
-                dtype dt, const window2d_dims& d)
+    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
+                const window2d_dims& d)
     {
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);

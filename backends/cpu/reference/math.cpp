@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "backends/common/convert.hpp"
-#include "backends/cpu/cpu_kernels.hpp"
 #include "backends/common/matmul_dims.hpp"
 #include "backends/common/op_math.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 
 namespace xgrad::cpu::reference
 {
@@ -22,8 +22,7 @@ namespace xgrad::cpu::reference
         /// Calls f(offsets) for every index of `shape` in row-major order, where offsets[k] is
         /// the element offset of operand k (sum of index * strides[k]). ndim 0: one call.
         template <std::size_t N, class F>
-        void for_each_index(int ndim, const std::int64_t* shape, const std::array<const std::int64_t*, N>& strides,
-                            F f)
+        void for_each_index(int ndim, const std::int64_t* shape, const std::array<const std::int64_t*, N>& strides, F f)
         {
             for (int d = 0; d < ndim; ++d)
                 if (shape[d] == 0)
@@ -91,9 +90,8 @@ namespace xgrad::cpu::reference
         });
     }
 
-    void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides,
-                const void* b, const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape,
-                binary_op op)
+    void binary(void* out, const std::int64_t* out_strides, const void* a, const std::int64_t* a_strides, const void* b,
+                const std::int64_t* b_strides, dtype dt, int ndim, const std::int64_t* shape, binary_op op)
     {
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
@@ -115,9 +113,8 @@ namespace xgrad::cpu::reference
             const T* pc = static_cast<const T*>(cond);
             const T* pa = static_cast<const T*>(a);
             const T* pb = static_cast<const T*>(b);
-            for_each_index<4>(ndim, shape, {out_strides, cond_strides, a_strides, b_strides}, [&](const auto& off) {
-                o[off[0]] = pc[off[1]] != T(0) ? pa[off[2]] : pb[off[3]];
-            });
+            for_each_index<4>(ndim, shape, {out_strides, cond_strides, a_strides, b_strides},
+                              [&](const auto& off) { o[off[0]] = pc[off[1]] != T(0) ? pa[off[2]] : pb[off[3]]; });
         });
     }
 

@@ -45,9 +45,8 @@ namespace xgrad::cpu::reference
         void unfold_impl(T* cols, const std::int64_t* cs, const T* x, const std::int64_t* xs,
                          const kernels::window2d_dims& d, T pad)
         {
-            for_each_tap(cs, xs, d, [&](std::int64_t co, std::int64_t xo, bool inside) {
-                cols[co] = inside ? x[xo] : pad;
-            });
+            for_each_tap(cs, xs, d,
+                         [&](std::int64_t co, std::int64_t xo, bool inside) { cols[co] = inside ? x[xo] : pad; });
         }
 
         template <class T>
@@ -82,8 +81,8 @@ namespace xgrad::cpu::reference
         }
     }
 
-    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides,
-                  dtype dt, const kernels::window2d_dims& d, double pad_value)
+    void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+                  const kernels::window2d_dims& d, double pad_value)
     {
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);
@@ -92,8 +91,8 @@ namespace xgrad::cpu::reference
         });
     }
 
-    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
-                dtype dt, const kernels::window2d_dims& d)
+    void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
+                const kernels::window2d_dims& d)
     {
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);

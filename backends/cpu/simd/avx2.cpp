@@ -36,7 +36,8 @@ namespace xgrad::cpu::simd
             alignas(16) std::uint16_t res[8];
             for (std::int64_t j = 0; j < n - i; ++j)
                 in[j] = x[i + j];
-            _mm_store_si128(reinterpret_cast<__m128i*>(res), _mm256_cvtps_ph(_mm256_load_ps(in), _MM_FROUND_TO_NEAREST_INT));
+            _mm_store_si128(reinterpret_cast<__m128i*>(res),
+                            _mm256_cvtps_ph(_mm256_load_ps(in), _MM_FROUND_TO_NEAREST_INT));
             for (std::int64_t j = 0; j < n - i; ++j)
                 out[i + j] = res[j];
         }

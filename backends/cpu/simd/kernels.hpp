@@ -82,23 +82,23 @@ namespace xgrad::cpu::simd
 
 // One line per functor, element type and instruction set; `EXTERN` is `extern` for the
 // declarations below and empty for the definitions in kernels_<arch>.cpp.
-#define XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                       \
-    EXTERN template void xgrad::cpu::simd::unary_fn::operator()<ARCH, T>(                                      \
-        ARCH, T*, const T*, std::int64_t, std::int64_t, xgrad::kernels::unary_op) const noexcept;              \
-    EXTERN template void xgrad::cpu::simd::binary_fn::operator()<ARCH, T>(                                     \
-        ARCH, T*, const T*, std::int64_t, const T*, std::int64_t, std::int64_t, xgrad::kernels::binary_op)    \
-        const noexcept;                                                                                        \
-    EXTERN template void xgrad::cpu::simd::where_fn::operator()<ARCH, T>(                                      \
-        ARCH, T*, const T*, std::int64_t, const T*, std::int64_t, const T*, std::int64_t, std::int64_t)        \
-        const noexcept;                                                                                        \
-    EXTERN template T xgrad::cpu::simd::reduce_contiguous_fn::operator()<ARCH, T>(                             \
-        ARCH, const T*, std::int64_t, xgrad::kernels::reduce_op) const noexcept;                               \
-    EXTERN template void xgrad::cpu::simd::reduce_rows_fn::operator()<ARCH, T>(                                \
-        ARCH, T*, const T*, const std::int64_t*, std::int64_t, std::int64_t, xgrad::kernels::reduce_op)        \
+#define XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                               \
+    EXTERN template void xgrad::cpu::simd::unary_fn::operator()<ARCH, T>(                                              \
+        ARCH, T*, const T*, std::int64_t, std::int64_t, xgrad::kernels::unary_op) const noexcept;                      \
+    EXTERN template void xgrad::cpu::simd::binary_fn::operator()<ARCH, T>(ARCH, T*, const T*, std::int64_t, const T*,  \
+                                                                          std::int64_t, std::int64_t,                  \
+                                                                          xgrad::kernels::binary_op) const noexcept;   \
+    EXTERN template void xgrad::cpu::simd::where_fn::operator()<ARCH, T>(ARCH, T*, const T*, std::int64_t, const T*,   \
+                                                                         std::int64_t, const T*, std::int64_t,         \
+                                                                         std::int64_t) const noexcept;                 \
+    EXTERN template T xgrad::cpu::simd::reduce_contiguous_fn::operator()<ARCH, T>(                                     \
+        ARCH, const T*, std::int64_t, xgrad::kernels::reduce_op) const noexcept;                                       \
+    EXTERN template void xgrad::cpu::simd::reduce_rows_fn::operator()<ARCH, T>(                                        \
+        ARCH, T*, const T*, const std::int64_t*, std::int64_t, std::int64_t, xgrad::kernels::reduce_op)                \
         const noexcept;
 
-#define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                               \
-    XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                       \
+#define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \
+    XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                               \
     XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)
 
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::sse2)

@@ -291,15 +291,20 @@ namespace xgrad::cpu::simd
                 case binary_op::sub: return run([](const B& x, const B& y) { return B(x - y); });
                 case binary_op::mul: return run([](const B& x, const B& y) { return B(x * y); });
                 case binary_op::div: return run([](const B& x, const B& y) { return B(x / y); });
-                case binary_op::pow: return; // never passed here (see simd/kernels.hpp)
+                case binary_op::pow:
+                    return; // never passed here (see simd/kernels.hpp)
                 // Ordered comparisons are false with a NaN operand, as in C++. ne is !(x == y):
                 // xsimd's AVX != is the ordered _CMP_NEQ_OQ, which is false for NaN.
-                case binary_op::eq: return run([&](const B& x, const B& y) { return xsimd::select(x == y, one, zero); });
-                case binary_op::ne: return run([&](const B& x, const B& y) { return xsimd::select(x == y, zero, one); });
+                case binary_op::eq:
+                    return run([&](const B& x, const B& y) { return xsimd::select(x == y, one, zero); });
+                case binary_op::ne:
+                    return run([&](const B& x, const B& y) { return xsimd::select(x == y, zero, one); });
                 case binary_op::lt: return run([&](const B& x, const B& y) { return xsimd::select(x < y, one, zero); });
-                case binary_op::le: return run([&](const B& x, const B& y) { return xsimd::select(x <= y, one, zero); });
+                case binary_op::le:
+                    return run([&](const B& x, const B& y) { return xsimd::select(x <= y, one, zero); });
                 case binary_op::gt: return run([&](const B& x, const B& y) { return xsimd::select(x > y, one, zero); });
-                case binary_op::ge: return run([&](const B& x, const B& y) { return xsimd::select(x >= y, one, zero); });
+                case binary_op::ge:
+                    return run([&](const B& x, const B& y) { return xsimd::select(x >= y, one, zero); });
                 }
             });
         });
@@ -315,8 +320,7 @@ namespace xgrad::cpu::simd
                 impl::with_operand<Arch>(b, b_stride, [&](const auto& in_b) {
                     // c == 0 is false for NaN, so a NaN condition selects a (NaN != 0 in C++).
                     impl::map<Arch>(
-                        out, n,
-                        [](const B& c, const B& x, const B& y) { return xsimd::select(c == B(T(0)), y, x); },
+                        out, n, [](const B& c, const B& x, const B& y) { return xsimd::select(c == B(T(0)), y, x); },
                         in_c, in_a, in_b);
                 });
             });

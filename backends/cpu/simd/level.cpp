@@ -50,10 +50,10 @@ namespace xgrad::cpu
     simd_level simd_supported() noexcept
     {
         // The test xsimd::dispatch applies when it walks simd::archs, plus the OS check.
-        static const simd_level best =
-            xsimd::available_architectures().best >= xsimd::fma3<xsimd::avx2>::version() && os_saves_avx_state()
-                ? simd_level::avx2_fma
-                : simd_level::sse2;
+        static const simd_level best = xsimd::available_architectures().best >= xsimd::fma3<xsimd::avx2>::version() &&
+                                               os_saves_avx_state()
+                                           ? simd_level::avx2_fma
+                                           : simd_level::sse2;
         return best;
     }
 

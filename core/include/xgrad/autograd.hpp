@@ -36,8 +36,8 @@ namespace xgrad
     /// re-attaches it to its node. (Inputs need no such care: ops capture them directly.)
     struct saved_tensor
     {
-        tensor m_data;        // shares the output's storage; no autograd metadata
-        int m_output_nr = 0;  // which output of the saving node
+        tensor m_data;       // shares the output's storage; no autograd metadata
+        int m_output_nr = 0; // which output of the saving node
     };
 
     /// Shape, dtype and device of one output of a node: what a missing gradient is filled with.

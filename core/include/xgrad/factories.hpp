@@ -35,8 +35,7 @@ namespace xgrad
     tensor zeros_like(const tensor& x);
     tensor ones_like(const tensor& x);
     /// start, start+step, ... < stop (step != 0, may be negative).
-    tensor arange(double start, double stop, double step = 1.0, dtype dt = dtype::float32,
-                  device dev = cpu_device);
+    tensor arange(double start, double stop, double step = 1.0, dtype dt = dtype::float32, device dev = cpu_device);
     /// Standard normal samples drawn from gen in row-major order.
     tensor randn(const shape_type& shape, generator& gen, dtype dt = dtype::float32, device dev = cpu_device);
     /// Uniform samples in [low, high).

@@ -98,8 +98,7 @@ namespace xgrad
             {
                 // q in [2^DM, 2^(DM+1)]: its implicit bit adds the missing 1 to the exponent.
                 const std::uint64_t q = round_shift_rne(m, SM - DM);
-                return static_cast<std::uint16_t>(
-                    sign | ((static_cast<std::uint64_t>(e + d_bias - 1) << DM) + q));
+                return static_cast<std::uint16_t>(sign | ((static_cast<std::uint64_t>(e + d_bias - 1) << DM) + q));
             }
             // Subnormal result, in units of 2^(1 - d_bias - DM).
             const int shift = SM - DM + 1 - d_bias - e;

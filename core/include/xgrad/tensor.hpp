@@ -47,14 +47,14 @@ namespace xgrad
     {
         std::shared_ptr<storage> m_storage;
         shape_type m_shape;
-        strides_type m_strides; // in elements
+        strides_type m_strides;    // in elements
         std::int64_t m_offset = 0; // in elements, from m_storage->data()
         xgrad::dtype m_dtype = xgrad::dtype::float32;
 
         bool m_requires_grad = false;
-        std::shared_ptr<tensor_impl> m_grad;  // accumulated gradient of a leaf
-        std::shared_ptr<node> m_grad_fn;      // producer of a non-leaf
-        int m_output_nr = 0;                  // which output of m_grad_fn this is
+        std::shared_ptr<tensor_impl> m_grad;    // accumulated gradient of a leaf
+        std::shared_ptr<node> m_grad_fn;        // producer of a non-leaf
+        int m_output_nr = 0;                    // which output of m_grad_fn this is
         std::weak_ptr<node> m_grad_accumulator; // the leaf's accumulate node, while a graph uses it
     };
 
@@ -86,7 +86,10 @@ namespace xgrad
         /// Pointer to element 0 of this view (device memory for device tensors).
         void* data_ptr() const;
         template <class T>
-        T* data() const { return static_cast<T*>(data_ptr()); }
+        T* data() const
+        {
+            return static_cast<T*>(data_ptr());
+        }
         /// True when both handles refer to the same tensor.
         bool is_same(const tensor& other) const noexcept { return m_impl == other.m_impl; }
 
@@ -105,8 +108,7 @@ namespace xgrad
         tensor detach() const;
         /// Gradient of this tensor w.r.t. the graph's leaves, accumulated into their grad().
         /// grad_output defaults to 1 for a one-element tensor and is required otherwise.
-        void backward(const tensor& grad_output = {}, bool retain_graph = false,
-                      bool create_graph = false) const;
+        void backward(const tensor& grad_output = {}, bool retain_graph = false, bool create_graph = false) const;
 
         // --- conversions and views (all differentiable) ----------------------------------
         tensor contiguous() const;
@@ -121,7 +123,10 @@ namespace xgrad
         /// The value of a one-element tensor (throws naming the shape otherwise).
         double item() const;
         template <class T>
-        T item() const { return static_cast<T>(item()); }
+        T item() const
+        {
+            return static_cast<T>(item());
+        }
 
         /// Readable text, e.g. "tensor([[1, 2], [3, 4]], dtype=float32)"; long tensors elided.
         std::string to_string() const;

@@ -51,9 +51,8 @@ namespace xgrad
         tensor identity(const tensor& x)
         {
             tensor y = detail::alias(x, x.shape(), x.strides(), x.offset());
-            record("identity", {x}, {y}, [](function_node&, const std::vector<tensor>& g) {
-                return std::vector<tensor>{g[0]};
-            });
+            record("identity", {x}, {y},
+                   [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{g[0]}; });
             return y;
         }
     }
@@ -134,7 +133,7 @@ namespace xgrad
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, false);
         record("fused_batch_norm", {x, scale, offset}, {out.y},
                [x, scale, rs1 = out.reserve_space_1, rs2 = out.reserve_space_2, attrs](function_node&,
-                                                                                        const std::vector<tensor>& g) {
+                                                                                       const std::vector<tensor>& g) {
                    const batch_norm_grad_result r = fused_batch_norm_grad(g[0], x, scale, rs1, rs2, {}, attrs);
                    return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
                });
@@ -145,15 +144,14 @@ namespace xgrad
                                                     const tensor& mean, const tensor& variance,
                                                     const batch_norm_attrs& attrs)
     {
-        const bn_layout L =
-            detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "fused_batch_norm_relu");
+        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "fused_batch_norm_relu");
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
         // The backward needs y for ReLU's mask; saved without the output -> node -> output cycle.
         record("fused_batch_norm_relu", {x, scale, offset}, {out.y},
                [x, scale, ys = save_output(out.y), rs1 = out.reserve_space_1, rs2 = out.reserve_space_2,
                 attrs](function_node&, const std::vector<tensor>& g) {
-                   const batch_norm_grad_result r =
-                       fused_batch_norm_relu_grad(g[0], x, ys.m_data, scale, rs1, rs2, attrs);
+                   const batch_norm_grad_result r = fused_batch_norm_relu_grad(g[0], x, ys.m_data, scale, rs1, rs2,
+                                                                               attrs);
                    return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
                });
         return out;
@@ -172,8 +170,8 @@ namespace xgrad
             {
                 const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
                              mc = detail::raw_contiguous(reserve_space_1);
-                bn_kernels(x).bn_grad_reduce(s.sum_dy.data_ptr(), s.sum_dy_xc.data_ptr(), dyc.data_ptr(),
-                                             xc.data_ptr(), mc.data_ptr(), x.dtype(), L.outer, L.C, L.inner);
+                bn_kernels(x).bn_grad_reduce(s.sum_dy.data_ptr(), s.sum_dy_xc.data_ptr(), dyc.data_ptr(), xc.data_ptr(),
+                                             mc.data_ptr(), x.dtype(), L.outer, L.C, L.inner);
             }
             return s;
         }
@@ -223,14 +221,13 @@ namespace xgrad
                                                  const batch_norm_attrs& attrs)
     {
         const char* op = "batch_norm_grad_apply";
-        const bn_layout L = detail::check_bn_grad_args(
-            y_backprop, x,
-            {{"scale", scale},
-             {"reserve_space_1", reserve_space_1},
-             {"reserve_space_2", reserve_space_2},
-             {"sum_dy", sums.sum_dy},
-             {"sum_dy_xc", sums.sum_dy_xc}},
-            attrs, batch_norm_grad_version::v3, op);
+        const bn_layout L = detail::check_bn_grad_args(y_backprop, x,
+                                                       {{"scale", scale},
+                                                        {"reserve_space_1", reserve_space_1},
+                                                        {"reserve_space_2", reserve_space_2},
+                                                        {"sum_dy", sums.sum_dy},
+                                                        {"sum_dy_xc", sums.sum_dy_xc}},
+                                                       attrs, batch_norm_grad_version::v3, op);
         if (count < L.count())
             throw xgrad::invalid_argument(std::string(op) + ": count " + std::to_string(count) +
                                           " is smaller than the elements per channel of x (" +
@@ -244,8 +241,8 @@ namespace xgrad
         /// x_backprop together (bn_grad_training or bn_grad_inference). y: the output of
         /// fused_batch_norm_relu, whose mask y > 0 the kernel applies to dy as it loads it, or
         /// undefined.
-        batch_norm_grad_result fused_grad(const bn_layout& L, const tensor& y_backprop, const tensor& x, const tensor& y,
-                                          const tensor& scale, const tensor& reserve_space_1,
+        batch_norm_grad_result fused_grad(const bn_layout& L, const tensor& y_backprop, const tensor& x,
+                                          const tensor& y, const tensor& scale, const tensor& reserve_space_1,
                                           const tensor& reserve_space_2, const batch_norm_attrs& attrs)
         {
             const dtype sdt = detail::bn_stats_dtype(x.dtype());
@@ -264,7 +261,8 @@ namespace xgrad
                          sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
                          vc = detail::raw_contiguous(reserve_space_2);
             const tensor yc = y.defined() ? detail::raw_contiguous(y) : tensor();
-            const tensor sum_dy = detail::empty({L.C}, sdt, x.device()), sum_dy_xc = detail::empty({L.C}, sdt, x.device());
+            const tensor sum_dy = detail::empty({L.C}, sdt, x.device()),
+                         sum_dy_xc = detail::empty({L.C}, sdt, x.device());
             const auto& k = bn_kernels(x);
             (attrs.is_training ? k.bn_grad_training : k.bn_grad_inference)(
                 r.x_backprop.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(), dyc.data_ptr(), xc.data_ptr(),
@@ -283,9 +281,10 @@ namespace xgrad
     {
         (void)reserve_space_3; // accepted with any shape and ignored (contract section 4)
         const char* op = version == batch_norm_grad_version::v2 ? "FusedBatchNormGradV2" : "FusedBatchNormGradV3";
-        const bn_layout L =
-            detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs, version, op);
-        batch_norm_grad_result r = fused_grad(L, y_backprop, x, tensor(), scale, reserve_space_1, reserve_space_2, attrs);
+        const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                  version, op);
+        batch_norm_grad_result r = fused_grad(L, y_backprop, x, tensor(), scale, reserve_space_1, reserve_space_2,
+                                              attrs);
         record("fused_batch_norm_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
                [y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node&,
                                                                                const std::vector<tensor>& g) {
@@ -309,7 +308,8 @@ namespace xgrad
         // constant in x (zero derivative almost everywhere), so the vector-Jacobian product is
         // fused_batch_norm_grad_grad at that g, with its d/dg masked by the chain rule through
         // the where. Both are recorded ops, so this backward differentiates again.
-        record("fused_batch_norm_relu_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
+        record("fused_batch_norm_relu_grad", {y_backprop, x, scale},
+               {r.x_backprop, r.scale_backprop, r.offset_backprop},
                [y_backprop, x, yd = y.detach(), scale, reserve_space_1, reserve_space_2,
                 attrs](function_node&, const std::vector<tensor>& g) {
                    const tensor zero = scalar_like(yd, 0.0), mask = gt(yd, zero);
@@ -324,8 +324,7 @@ namespace xgrad
     batch_norm_grad_grad_result fused_batch_norm_grad_grad(const tensor& A, const tensor& a, const tensor& b,
                                                            const tensor& y_backprop, const tensor& x,
                                                            const tensor& scale, const tensor& reserve_space_1,
-                                                           const tensor& reserve_space_2,
-                                                           const batch_norm_attrs& attrs)
+                                                           const tensor& reserve_space_2, const batch_norm_attrs& attrs)
     {
         const char* op = "fused_batch_norm_grad_grad";
         const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
@@ -347,12 +346,12 @@ namespace xgrad
                              ac = detail::raw_contiguous(a), bc = detail::raw_contiguous(b);
                 const tensor sums = detail::empty({5, L.C}, sdt, x.device());
                 bn_kernels(x).bn_grad_grad_reduce(sums.data_ptr(), Ac.data_ptr(), gc.data_ptr(), xc.data_ptr(),
-                                               mc.data_ptr(), vc.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C,
-                                               L.inner);
+                                                  mc.data_ptr(), vc.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C,
+                                                  L.inner);
                 bn_kernels(x).bn_grad_grad_apply(r.d_y_backprop.data_ptr(), r.d_x.data_ptr(), Ac.data_ptr(),
-                                              gc.data_ptr(), xc.data_ptr(), sc.data_ptr(), mc.data_ptr(),
-                                              vc.data_ptr(), ac.data_ptr(), bc.data_ptr(), sums.data_ptr(),
-                                              attrs.epsilon, attrs.is_training, x.dtype(), L.outer, L.C, L.inner);
+                                                 gc.data_ptr(), xc.data_ptr(), sc.data_ptr(), mc.data_ptr(),
+                                                 vc.data_ptr(), ac.data_ptr(), bc.data_ptr(), sums.data_ptr(),
+                                                 attrs.epsilon, attrs.is_training, x.dtype(), L.outer, L.C, L.inner);
                 // d/dscale from the sums: r Σ A (g - mean g - xh mean(g xh)) in training,
                 // r Σ A g in inference.
                 const tensor rr = inv_std(vc, attrs.epsilon);
@@ -360,9 +359,7 @@ namespace xgrad
                              sum_A = sums.slice(0, 2, 3).reshape({L.C}), sum_Axh = sums.slice(0, 3, 4).reshape({L.C}),
                              sum_Ag = sums.slice(0, 4, 5).reshape({L.C});
                 const double R = static_cast<double>(L.count());
-                r.d_scale = attrs.is_training
-                                ? rr * (sum_Ag - sum_g * sum_A / R - sum_gxh * sum_Axh / R)
-                                : rr * sum_Ag;
+                r.d_scale = attrs.is_training ? rr * (sum_Ag - sum_g * sum_A / R - sum_gxh * sum_Axh / R) : rr * sum_Ag;
             }
             if (L.count() == 0)
             {
@@ -371,8 +368,8 @@ namespace xgrad
             }
         }
         record("fused_batch_norm_grad_grad", {A, a, b, y_backprop, x, scale}, {r.d_y_backprop, r.d_x, r.d_scale},
-               [A, a, b, y_backprop, x, scale, reserve_space_1, reserve_space_2,
-                attrs](function_node& self, const std::vector<tensor>& g) {
+               [A, a, b, y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node& self,
+                                                                                        const std::vector<tensor>& g) {
                    // Third order and beyond: differentiate the composite formula of the same
                    // function, built on identity aliases of the inputs so that the gradients
                    // are taken w.r.t. exactly these uses of them.

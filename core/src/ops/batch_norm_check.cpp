@@ -61,11 +61,11 @@ namespace xgrad::detail
                              (t.defined() ? shape_to_string(t.shape()) : std::string("(undefined)")));
         }
 
-        void check_length(const tensor& t, const char* name, std::int64_t C, const char* op,
-                          const char* prefix = "")
+        void check_length(const tensor& t, const char* name, std::int64_t C, const char* op, const char* prefix = "")
         {
             if (t.shape()[0] != C)
-                fail(op, std::string(prefix) + name + " must have the same number of elements as the channels of x, got " +
+                fail(op, std::string(prefix) + name +
+                             " must have the same number of elements as the channels of x, got " +
                              std::to_string(t.shape()[0]) + " and " + std::to_string(C));
         }
 
@@ -93,8 +93,8 @@ namespace xgrad::detail
         void check_device(const tensor& x, const tensor& t, const char* tname, const char* op)
         {
             if (t.defined() && t.device() != x.device())
-                fail(op, std::string(tname) + " is on " + to_string(t.device()) + " but x is on " +
-                             to_string(x.device()));
+                fail(op,
+                     std::string(tname) + " is on " + to_string(t.device()) + " but x is on " + to_string(x.device()));
         }
     }
 
@@ -142,7 +142,7 @@ namespace xgrad::detail
     {
         // TensorFlow's names for the saved statistics in its rank message.
         auto rank_name = [](const std::string& n) {
-            return n == "reserve_space_1" ? std::string("saved mean (reserve_space_1)")
+            return n == "reserve_space_1"   ? std::string("saved mean (reserve_space_1)")
                    : n == "reserve_space_2" ? std::string("saved variance (reserve_space_2)")
                                             : n;
         };
@@ -192,8 +192,9 @@ namespace xgrad::detail
                             batch_norm_grad_version version, const char* op)
     {
         return check_bn_grad_args(
-            y_backprop, x, {{"scale", scale}, {"reserve_space_1", reserve_space_1}, {"reserve_space_2", reserve_space_2}},
-            attrs, version, op);
+            y_backprop, x,
+            {{"scale", scale}, {"reserve_space_1", reserve_space_1}, {"reserve_space_2", reserve_space_2}}, attrs,
+            version, op);
     }
 
     bn_layout check_bn_forward(const tensor& x, const tensor& scale, const tensor& offset, const tensor& mean,

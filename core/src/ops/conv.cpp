@@ -39,8 +39,8 @@ namespace xgrad::detail
                                    const std::array<std::int64_t, 2>& out)
     {
         const image_dims im = image_dims_of(shape, channels_last);
-        return {im.n,         im.c,         im.h,          im.w,          w.kernel[0],   w.kernel[1], w.stride[0],
-                w.stride[1],  w.padding[0], w.padding[1], w.dilation[0], w.dilation[1], out[0],      out[1]};
+        return {im.n,        im.c,         im.h,         im.w,          w.kernel[0],   w.kernel[1], w.stride[0],
+                w.stride[1], w.padding[0], w.padding[1], w.dilation[0], w.dilation[1], out[0],      out[1]};
     }
 
     std::array<std::int64_t, 4> image_strides(const strides_type& s, bool channels_last)
@@ -93,8 +93,7 @@ namespace xgrad::detail
         return {s[0], s[1], s[2], s[3], 1, 2, 3};
     }
 
-    std::array<std::int64_t, 2> checked_output_size(const window2d& w, std::int64_t h, std::int64_t wd,
-                                                    const char* op)
+    std::array<std::int64_t, 2> checked_output_size(const window2d& w, std::int64_t h, std::int64_t wd, const char* op)
     {
         // Bounding every field keeps all index arithmetic (in + 2 * padding, dilation * kernel,
         // the kernels' offsets) far inside int64.
@@ -237,8 +236,8 @@ namespace xgrad
                                             std::string(name(t.dtype())));
             if (t.dtype() != x.dtype() || t.device() != x.device())
                 detail::window_fail(op, std::string(arg) + " has dtype " + std::string(name(t.dtype())) + " on " +
-                                            to_string(t.device()) + " but x has dtype " +
-                                            std::string(name(x.dtype())) + " on " + to_string(x.device()) +
+                                            to_string(t.device()) + " but x has dtype " + std::string(name(x.dtype())) +
+                                            " on " + to_string(x.device()) +
                                             " (all operands must share dtype and device)");
         }
     }
@@ -307,22 +306,24 @@ namespace xgrad
         if (groups < 1)
             detail::window_fail(op, "groups must be >= 1, got " + std::to_string(groups));
         if (im.c % groups != 0)
-            detail::window_fail(op, "x has " + std::to_string(im.c) + " channels (shape " +
-                                        shape_to_string(x.shape()) + ", " + std::string(data_format) +
+            detail::window_fail(op, "x has " + std::to_string(im.c) + " channels (shape " + shape_to_string(x.shape()) +
+                                        ", " + std::string(data_format) +
                                         "), not divisible by groups = " + std::to_string(groups));
         if (o % groups != 0)
             detail::window_fail(op, "weight has " + std::to_string(o) + " output channels (shape " +
-                                        shape_to_string(weight.shape()) + "), not divisible by groups = " +
-                                        std::to_string(groups));
+                                        shape_to_string(weight.shape()) +
+                                        "), not divisible by groups = " + std::to_string(groups));
         if (weight.shape()[1] != im.c / groups)
             detail::window_fail(op, "weight of shape " + shape_to_string(weight.shape()) + " expects " +
-                                        std::to_string(weight.shape()[1]) + " input channels per group, but x of shape " +
-                                        shape_to_string(x.shape()) + " (" + std::string(data_format) + ") has " +
-                                        std::to_string(im.c) + " channels in " + std::to_string(groups) +
-                                        " group(s), i.e. " + std::to_string(im.c / groups) + " per group");
+                                        std::to_string(weight.shape()[1]) +
+                                        " input channels per group, but x of shape " + shape_to_string(x.shape()) +
+                                        " (" + std::string(data_format) + ") has " + std::to_string(im.c) +
+                                        " channels in " + std::to_string(groups) + " group(s), i.e. " +
+                                        std::to_string(im.c / groups) + " per group");
         if (bias.defined() && bias.shape() != shape_type{o})
-            detail::window_fail(op, "bias must have shape [" + std::to_string(o) + "] (one per output channel of weight " +
-                                        shape_to_string(weight.shape()) + "), got " + shape_to_string(bias.shape()));
+            detail::window_fail(op, "bias must have shape [" + std::to_string(o) +
+                                        "] (one per output channel of weight " + shape_to_string(weight.shape()) +
+                                        "), got " + shape_to_string(bias.shape()));
         const window2d w{{weight.shape()[2], weight.shape()[3]}, p.stride, p.padding, p.dilation};
         const auto out = detail::checked_output_size(w, im.h, im.w, op);
         detail::check_cols_size(im, w, out, op);

@@ -34,8 +34,7 @@ namespace xgrad::detail
     /// Checks every field of `w` (kernel, stride, dilation >= 1; padding >= 0; none above
     /// 2^31 - 1) and the input spatial size {h, wd} (0 to 2^62), and returns the output size,
     /// throwing when it would be empty.
-    std::array<std::int64_t, 2> checked_output_size(const window2d& w, std::int64_t h, std::int64_t wd,
-                                                    const char* op);
+    std::array<std::int64_t, 2> checked_output_size(const window2d& w, std::int64_t h, std::int64_t wd, const char* op);
     /// Throws unless the unfolded matrix of an image `im` under `w` (output size `out`) has at
     /// most 2^62 entries, so that no size or index computed from it overflows.
     void check_cols_size(const image_dims& im, const window2d& w, const std::array<std::int64_t, 2>& out,

@@ -68,8 +68,8 @@ namespace xgrad
             const strides_type as = broadcast_strides(ac, shape), bs = broadcast_strides(bc, shape);
             tensor out = detail::empty(shape, cdt, a.device());
             detail::backend_for(a.device())
-                .binary(out.data_ptr(), out.strides().data(), ac.data_ptr(), as.data(), bc.data_ptr(), bs.data(),
-                        cdt, static_cast<int>(shape.size()), shape.data(), op);
+                .binary(out.data_ptr(), out.strides().data(), ac.data_ptr(), as.data(), bc.data_ptr(), bs.data(), cdt,
+                        static_cast<int>(shape.size()), shape.data(), op);
             return detail::raw_cast(out, a.dtype());
         }
 
@@ -90,33 +90,30 @@ namespace xgrad
     tensor add(const tensor& a, const tensor& b)
     {
         tensor y = binary_forward(a, b, binary_op::add, "add");
-        record("add", {a, b}, {y},
-               [sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
-                   return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(g[0], sa) : none(),
-                                              self.needs_input_grad(1) ? sum_to(g[0], sb) : none()};
-               });
+        record("add", {a, b}, {y}, [sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
+            return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(g[0], sa) : none(),
+                                       self.needs_input_grad(1) ? sum_to(g[0], sb) : none()};
+        });
         return y;
     }
 
     tensor sub(const tensor& a, const tensor& b)
     {
         tensor y = binary_forward(a, b, binary_op::sub, "sub");
-        record("sub", {a, b}, {y},
-               [sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
-                   return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(g[0], sa) : none(),
-                                              self.needs_input_grad(1) ? sum_to(neg(g[0]), sb) : none()};
-               });
+        record("sub", {a, b}, {y}, [sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
+            return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(g[0], sa) : none(),
+                                       self.needs_input_grad(1) ? sum_to(neg(g[0]), sb) : none()};
+        });
         return y;
     }
 
     tensor mul(const tensor& a, const tensor& b)
     {
         tensor y = binary_forward(a, b, binary_op::mul, "mul");
-        record("mul", {a, b}, {y},
-               [a, b](function_node& self, const std::vector<tensor>& g) {
-                   return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(mul(g[0], b), a.shape()) : none(),
-                                              self.needs_input_grad(1) ? sum_to(mul(g[0], a), b.shape()) : none()};
-               });
+        record("mul", {a, b}, {y}, [a, b](function_node& self, const std::vector<tensor>& g) {
+            return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(mul(g[0], b), a.shape()) : none(),
+                                       self.needs_input_grad(1) ? sum_to(mul(g[0], a), b.shape()) : none()};
+        });
         return y;
     }
 
@@ -124,12 +121,11 @@ namespace xgrad
     {
         tensor y = binary_forward(a, b, binary_op::div, "div");
         // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
-        record("div", {a, b}, {y},
-               [a, b](function_node& self, const std::vector<tensor>& g) {
-                   return std::vector<tensor>{
-                       self.needs_input_grad(0) ? sum_to(div(g[0], b), a.shape()) : none(),
-                       self.needs_input_grad(1) ? sum_to(neg(div(mul(g[0], a), mul(b, b))), b.shape()) : none()};
-               });
+        record("div", {a, b}, {y}, [a, b](function_node& self, const std::vector<tensor>& g) {
+            return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(div(g[0], b), a.shape()) : none(),
+                                       self.needs_input_grad(1) ? sum_to(neg(div(mul(g[0], a), mul(b, b))), b.shape())
+                                                                : none()};
+        });
         return y;
     }
 
@@ -139,18 +135,17 @@ namespace xgrad
         // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a. The limits where the formulas give
         // 0 * inf are taken explicitly: d/da is 0 where b = 0 (a^0 is constant, even at a = 0),
         // and d/db is 0 where a = 0 and b >= 0 (0^b is constant there).
-        record("pow", {a, b}, {y},
-               [a, b, ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
-                   const tensor zero = scalar_like(g[0], 0.0);
-                   tensor ga, gb;
-                   if (self.needs_input_grad(0))
-                       ga = sum_to(mul(g[0], where(eq(b, zero), zero, mul(b, pow(a, sub(b, scalar_like(b, 1.0)))))),
-                                   a.shape());
-                   if (self.needs_input_grad(1))
-                       gb = sum_to(mul(g[0], where(mul(eq(a, zero), ge(b, zero)), zero, mul(self.unpack(ys), log(a)))),
-                                   b.shape());
-                   return std::vector<tensor>{ga, gb};
-               });
+        record("pow", {a, b}, {y}, [a, b, ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
+            const tensor zero = scalar_like(g[0], 0.0);
+            tensor ga, gb;
+            if (self.needs_input_grad(0))
+                ga = sum_to(mul(g[0], where(eq(b, zero), zero, mul(b, pow(a, sub(b, scalar_like(b, 1.0)))))),
+                            a.shape());
+            if (self.needs_input_grad(1))
+                gb = sum_to(mul(g[0], where(mul(eq(a, zero), ge(b, zero)), zero, mul(self.unpack(ys), log(a)))),
+                            b.shape());
+            return std::vector<tensor>{ga, gb};
+        });
         return y;
     }
 
@@ -163,9 +158,8 @@ namespace xgrad
     tensor neg(const tensor& x)
     {
         tensor y = unary_forward(x, unary_op::neg, "neg");
-        record("neg", {x}, {y}, [](function_node&, const std::vector<tensor>& g) {
-            return std::vector<tensor>{neg(g[0])};
-        });
+        record("neg", {x}, {y},
+               [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{neg(g[0])}; });
         return y;
     }
 
@@ -181,9 +175,8 @@ namespace xgrad
     tensor log(const tensor& x)
     {
         tensor y = unary_forward(x, unary_op::log, "log");
-        record("log", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
-            return std::vector<tensor>{div(g[0], x)};
-        });
+        record("log", {x}, {y},
+               [x](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{div(g[0], x)}; });
         return y;
     }
 
@@ -213,9 +206,8 @@ namespace xgrad
     tensor abs(const tensor& x)
     {
         tensor y = unary_forward(x, unary_op::abs, "abs");
-        record("abs", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
-            return std::vector<tensor>{mul(g[0], sign(x))};
-        });
+        record("abs", {x}, {y},
+               [x](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{mul(g[0], sign(x))}; });
         return y;
     }
 
@@ -280,9 +272,8 @@ namespace xgrad
         record("where", {a, b}, {y},
                [mask, sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
                    const tensor zero = scalar_like(g[0], 0.0);
-                   return std::vector<tensor>{
-                       self.needs_input_grad(0) ? sum_to(where(mask, g[0], zero), sa) : none(),
-                       self.needs_input_grad(1) ? sum_to(where(mask, zero, g[0]), sb) : none()};
+                   return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(where(mask, g[0], zero), sa) : none(),
+                                              self.needs_input_grad(1) ? sum_to(where(mask, zero, g[0]), sb) : none()};
                });
         return y;
     }

@@ -59,8 +59,8 @@ namespace xgrad
     {
         check_args(idx, g, "put_add");
         if (g.shape() != idx.shape())
-            throw xgrad::invalid_argument("put_add: g of shape " + shape_to_string(g.shape()) +
-                                          " and idx of shape " + shape_to_string(idx.shape()) + " must match");
+            throw xgrad::invalid_argument("put_add: g of shape " + shape_to_string(g.shape()) + " and idx of shape " +
+                                          shape_to_string(idx.shape()) + " must match");
         const tensor gc = detail::raw_contiguous(g), ic = detail::raw_contiguous(idx);
         tensor out = detail::empty(shape, g.dtype(), g.device());
         const std::int64_t bad = detail::backend_for(g.device())
@@ -68,9 +68,8 @@ namespace xgrad
                                               g.dtype(), ic.numel());
         if (bad >= 0)
             bad_position("put_add", idx, bad, out.numel());
-        record("put_add", {g}, {out}, [ic](function_node&, const std::vector<tensor>& gg) {
-            return std::vector<tensor>{take(gg[0], ic)};
-        });
+        record("put_add", {g}, {out},
+               [ic](function_node&, const std::vector<tensor>& gg) { return std::vector<tensor>{take(gg[0], ic)}; });
         return out;
     }
 }

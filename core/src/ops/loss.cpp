@@ -42,13 +42,12 @@ namespace xgrad
         const tensor l = detail::raw_contiguous(labels);
         const dtype cdt = compute_dtype(dt);
         tensor out = detail::empty({labels.shape()[0], classes}, cdt, labels.device());
-        const std::int64_t bad =
-            detail::backend_for(labels.device()).one_hot(out.data_ptr(), l.data<std::int64_t>(), cdt, l.numel(), classes);
+        const std::int64_t bad = detail::backend_for(labels.device())
+                                     .one_hot(out.data_ptr(), l.data<std::int64_t>(), cdt, l.numel(), classes);
         if (bad >= 0)
-            throw std::invalid_argument("one_hot: label " +
-                                        std::to_string(static_cast<std::int64_t>(l.slice(0, bad, bad + 1).item())) +
-                                        " at position " + std::to_string(bad) + " is outside [0, " +
-                                        std::to_string(classes) + ")");
+            throw std::invalid_argument(
+                "one_hot: label " + std::to_string(static_cast<std::int64_t>(l.slice(0, bad, bad + 1).item())) +
+                " at position " + std::to_string(bad) + " is outside [0, " + std::to_string(classes) + ")");
         return detail::raw_cast(out, dt);
     }
 

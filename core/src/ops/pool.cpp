@@ -54,8 +54,8 @@ namespace xgrad
             for (std::size_t a = 0; a < 2; ++a)
                 if (2 * p.padding[a] > p.kernel[a])
                     detail::window_fail(op, "padding " + detail::pair_to_string(p.padding) +
-                                                " must be at most half the kernel " +
-                                                detail::pair_to_string(p.kernel) + " in both axes");
+                                                " must be at most half the kernel " + detail::pair_to_string(p.kernel) +
+                                                " in both axes");
             // With dilation (or an empty input) a window can fall entirely in padding even so.
             // Window o reads positions first + k * dilation, first = o * stride - padding; the
             // first tap at or after position 0 must exist and lie before the end.
@@ -70,9 +70,10 @@ namespace xgrad
                     const bool reaches = k < w.kernel[a] && first + k * w.dilation[a] < in[a];
                     if (!reaches)
                         detail::window_fail(op, "window " + std::to_string(o) + " along the " +
-                                                    (a == 0 ? "height" : "width") + " (" +
-                                                    detail::window_to_string(w) + ") lies entirely in the padding of "
-                                                    "an input of spatial size " + detail::pair_to_string(in));
+                                                    (a == 0 ? "height" : "width") + " (" + detail::window_to_string(w) +
+                                                    ") lies entirely in the padding of "
+                                                    "an input of spatial size " +
+                                                    detail::pair_to_string(in));
                 }
             }
             return s;
@@ -137,8 +138,8 @@ namespace xgrad
         const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
         const auto xs = detail::image_strides(xc.strides(), s.channels_last);
         const auto is = detail::image_strides(idx.strides(), s.channels_last);
-        detail::backend_for(x.device()).max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(),
-                                                          x.dtype(), d);
+        detail::backend_for(x.device())
+            .max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(), x.dtype(), d);
         return take(xc, idx);
     }
 
@@ -161,7 +162,8 @@ namespace xgrad
         const bool cl = detail::channels_last_format(data_format, op);
         detail::check_image(x, "x", op);
         if (output_size[0] < 1 || output_size[1] < 1)
-            detail::window_fail(op, "output_size must be >= 1 in both axes, got " + detail::pair_to_string(output_size));
+            detail::window_fail(op,
+                                "output_size must be >= 1 in both axes, got " + detail::pair_to_string(output_size));
         const detail::image_dims im = detail::image_dims_of(x.shape(), cl);
         if (im.h < 1 || im.w < 1)
             detail::window_fail(op, "x of shape " + shape_to_string(x.shape()) + " (" + std::string(data_format) +

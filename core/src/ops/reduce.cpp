@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "../detail.hpp"
-#include "xgrad/errors.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
 
@@ -112,16 +112,15 @@ namespace xgrad
                                             " of extent 0 in a tensor of shape " + shape_to_string(x.shape()));
         const tensor y_keep = reduce_forward(x, mask, kernels::reduce_op::max);
         tensor y = drop_reduced(y_keep, mask, keepdim);
-        record("max", {x}, {y},
-               [x, y_keep = y_keep.detach(), axes](function_node&, const std::vector<tensor>& g) {
-                   // Elements equal to the maximum (not differentiable); a NaN maximum is
-                   // matched by the NaN elements, so the gradient goes to them.
-                   const tensor ye = expand(y_keep, x.shape());
-                   const tensor hit = add(eq(x, ye), mul(ne(x, x), ne(ye, ye)));
-                   const tensor ties = sum(hit, axes, true);
-                   const tensor gk = reshape(g[0], y_keep.shape());
-                   return std::vector<tensor>{mul(expand(gk, x.shape()), div(hit, expand(ties, x.shape())))};
-               });
+        record("max", {x}, {y}, [x, y_keep = y_keep.detach(), axes](function_node&, const std::vector<tensor>& g) {
+            // Elements equal to the maximum (not differentiable); a NaN maximum is
+            // matched by the NaN elements, so the gradient goes to them.
+            const tensor ye = expand(y_keep, x.shape());
+            const tensor hit = add(eq(x, ye), mul(ne(x, x), ne(ye, ye)));
+            const tensor ties = sum(hit, axes, true);
+            const tensor gk = reshape(g[0], y_keep.shape());
+            return std::vector<tensor>{mul(expand(gk, x.shape()), div(hit, expand(ties, x.shape())))};
+        });
         return y;
     }
 

@@ -29,7 +29,8 @@ namespace xgrad
                 if (out[i] == -1)
                 {
                     if (infer >= 0)
-                        throw std::invalid_argument("reshape: only one dimension can be -1 in " + shape_to_string(shape));
+                        throw std::invalid_argument("reshape: only one dimension can be -1 in " +
+                                                    shape_to_string(shape));
                     infer = static_cast<int>(i);
                 }
                 else if (out[i] < 0)
@@ -45,9 +46,9 @@ namespace xgrad
                 out[static_cast<std::size_t>(infer)] = x.numel() / known;
             }
             if (numel_of(out) != x.numel())
-                throw std::invalid_argument("reshape: shape " + shape_to_string(shape) + " is invalid for a tensor of shape " +
-                                            shape_to_string(x.shape()) + " (" + std::to_string(x.numel()) +
-                                            " elements)");
+                throw std::invalid_argument("reshape: shape " + shape_to_string(shape) +
+                                            " is invalid for a tensor of shape " + shape_to_string(x.shape()) + " (" +
+                                            std::to_string(x.numel()) + " elements)");
             return out;
         }
     }
@@ -151,8 +152,8 @@ namespace xgrad
                           std::int64_t step)
     {
         detail::check_defined(g, "slice_backward");
-        const auto d = static_cast<std::size_t>(detail::normalize_dim(dim, static_cast<std::int64_t>(shape.size()),
-                                                                      "slice_backward", shape));
+        const auto d = static_cast<std::size_t>(
+            detail::normalize_dim(dim, static_cast<std::int64_t>(shape.size()), "slice_backward", shape));
         const std::int64_t count = g.dim() == static_cast<std::int64_t>(shape.size()) ? g.shape()[d] : -1;
         shape_type expected = shape;
         expected[d] = count;
@@ -190,8 +191,7 @@ namespace xgrad
                 strides[lead + i] = x.strides()[i];
             else if (e != 1)
                 throw std::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
-                                            shape_to_string(shape) + " (dimension " + std::to_string(lead + i) +
-                                            ")");
+                                            shape_to_string(shape) + " (dimension " + std::to_string(lead + i) + ")");
         }
         if (shape == x.shape())
             return x;
@@ -220,8 +220,7 @@ namespace xgrad
             if (!fits)
                 throw std::invalid_argument("concat: tensor " + std::to_string(i) + " has shape " +
                                             shape_to_string(xs[i].shape()) + ", which does not match " +
-                                            shape_to_string(first.shape()) + " outside dimension " +
-                                            std::to_string(d));
+                                            shape_to_string(first.shape()) + " outside dimension " + std::to_string(d));
             shape[static_cast<std::size_t>(d)] += xs[i].shape()[static_cast<std::size_t>(d)];
         }
         tensor y = detail::empty(shape, first.dtype(), first.device());
@@ -256,8 +255,7 @@ namespace xgrad
         {
             if (widths[i].first < 0 || widths[i].second < 0)
                 throw std::invalid_argument("pad: negative width (" + std::to_string(widths[i].first) + ", " +
-                                            std::to_string(widths[i].second) + ") for dimension " +
-                                            std::to_string(i));
+                                            std::to_string(widths[i].second) + ") for dimension " + std::to_string(i));
             shape[i] += widths[i].first + widths[i].second;
         }
         tensor y = full(shape, value, x.dtype(), x.device());
@@ -281,9 +279,8 @@ namespace xgrad
         if (x.is_contiguous())
             return x;
         tensor y = detail::raw_contiguous(x);
-        record("contiguous", {x}, {y}, [](function_node&, const std::vector<tensor>& g) {
-            return std::vector<tensor>{g[0]};
-        });
+        record("contiguous", {x}, {y},
+               [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{g[0]}; });
         return y;
     }
 

@@ -62,7 +62,6 @@ namespace xgrad::data
         };
         using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 
-
         /// Reads up to `size` bytes; throws on a read error (e.g. the path is a folder).
         std::size_t read_chunk(std::FILE* f, const std::filesystem::path& path, std::uint8_t* out, std::size_t size)
         {
@@ -163,7 +162,8 @@ namespace xgrad::data
                         // Concatenated gzip members are one valid stream; anything else is not.
                         if (s.z.next_in[0] != 0x1f)
                             fail(path, "corrupt gzip stream: unexpected bytes after the end of the compressed "
-                                       "data, at offset " + std::to_string(consumed_total + (got - s.z.avail_in)));
+                                       "data, at offset " +
+                                           std::to_string(consumed_total + (got - s.z.avail_in)));
                         if (inflateReset(&s.z) != Z_OK)
                             fail(path, "cannot reset zlib's inflate");
                         stream_end = false;
@@ -171,8 +171,8 @@ namespace xgrad::data
                     if (produced == out.size())
                         out.resize(out.size() * 2);
                     s.z.next_out = out.data() + produced;
-                    s.z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - produced,
-                                                                            std::numeric_limits<uInt>::max()));
+                    s.z.avail_out = static_cast<uInt>(
+                        std::min<std::size_t>(out.size() - produced, std::numeric_limits<uInt>::max()));
                     const uInt before = s.z.avail_out;
                     const int rc = inflate(&s.z, Z_NO_FLUSH);
                     produced += before - s.z.avail_out;
@@ -265,8 +265,8 @@ namespace xgrad::data
         {
             try
             {
-                io::write_file_atomically(
-                    path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+                io::write_file_atomically(path,
+                                          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
             }
             catch (const io::file_error& e)
             {
@@ -305,8 +305,9 @@ namespace xgrad::data
         const int rank = h[3];
         if (expected_rank > 0 && rank != expected_rank)
             fail(path, "IDX rank is " + std::to_string(rank) + ", expected " + std::to_string(expected_rank) +
-                           (expected_rank == 3 ? " (images: count, rows, cols)"
-                                               : expected_rank == 1 ? " (labels: count)" : ""));
+                           (expected_rank == 3   ? " (images: count, rows, cols)"
+                            : expected_rank == 1 ? " (labels: count)"
+                                                 : ""));
         const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
         if (bytes.size() < header)
             fail(path, "truncated IDX header: rank " + std::to_string(rank) + " needs " + std::to_string(header) +
@@ -424,8 +425,8 @@ namespace xgrad::data
                 if (std::filesystem::is_regular_file(candidate, e))
                     return candidate;
             }
-            fail(dir, "found neither " + name + ".gz nor " + name + " (the " +
-                          (train ? "training" : "test") + " set's files are " + tried + ")");
+            fail(dir, "found neither " + name + ".gz nor " + name + " (the " + (train ? "training" : "test") +
+                          " set's files are " + tried + ")");
         };
         const std::filesystem::path images = find(image_name);
         const std::filesystem::path labels = find(label_name);

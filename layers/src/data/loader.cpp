@@ -46,7 +46,8 @@ namespace xgrad::data
 
         std::uint64_t epoch_seed(std::uint64_t seed, std::int64_t epoch) noexcept
         {
-            return splitmix_finalize(seed ^ splitmix_finalize(static_cast<std::uint64_t>(epoch) + 0x9E3779B97F4A7C15ULL));
+            return splitmix_finalize(seed ^
+                                     splitmix_finalize(static_cast<std::uint64_t>(epoch) + 0x9E3779B97F4A7C15ULL));
         }
 
         [[noreturn]] void reject(const std::string& what) { throw xgrad::invalid_argument("data_loader: " + what); }
@@ -100,10 +101,7 @@ namespace xgrad::data
 
         batch make_batch(const order_type& order, std::int64_t k) const;
         void worker_loop();
-        bool has_work() const noexcept
-        {
-            return m_started && !m_ready && !m_error && m_produced < m_batches;
-        }
+        bool has_work() const noexcept { return m_started && !m_ready && !m_error && m_produced < m_batches; }
     };
 
     batch data_loader::impl::make_batch(const order_type& order, std::int64_t k) const
@@ -201,19 +199,20 @@ namespace xgrad::data
             reject("dtype must be floating (float32, float64, float16 or bfloat16), got " +
                    std::string(name(options.dtype)));
         if (ds.size < 0 || ds.rows < 0 || ds.cols < 0 || ds.classes < 1)
-            reject("the dataset has size " + std::to_string(ds.size) + ", rows " + std::to_string(ds.rows) +
-                   ", cols " + std::to_string(ds.cols) + ", classes " + std::to_string(ds.classes) +
+            reject("the dataset has size " + std::to_string(ds.size) + ", rows " + std::to_string(ds.rows) + ", cols " +
+                   std::to_string(ds.cols) + ", classes " + std::to_string(ds.classes) +
                    "; sizes must be >= 0 and classes >= 1");
         constexpr std::int64_t max_value = std::numeric_limits<std::int64_t>::max();
         const bool overflow = (ds.rows != 0 && ds.cols > max_value / ds.rows) ||
                               (ds.rows * ds.cols != 0 && ds.size > max_value / (ds.rows * ds.cols));
         const std::int64_t pixels = overflow ? 0 : ds.rows * ds.cols;
         if (overflow || ds.images.size() != static_cast<std::uint64_t>(ds.size * pixels))
-            reject("the dataset's images hold " + std::to_string(ds.images.size()) + " bytes, expected size * rows * cols = " +
-                   std::to_string(ds.size) + " * " + std::to_string(ds.rows) + " * " + std::to_string(ds.cols));
+            reject("the dataset's images hold " + std::to_string(ds.images.size()) +
+                   " bytes, expected size * rows * cols = " + std::to_string(ds.size) + " * " +
+                   std::to_string(ds.rows) + " * " + std::to_string(ds.cols));
         if (ds.labels.size() != static_cast<std::uint64_t>(ds.size))
-            reject("the dataset's labels hold " + std::to_string(ds.labels.size()) + " bytes, expected size = " +
-                   std::to_string(ds.size));
+            reject("the dataset's labels hold " + std::to_string(ds.labels.size()) +
+                   " bytes, expected size = " + std::to_string(ds.size));
 
         impl& m = *m_impl;
         m.m_dataset = std::move(dataset);
@@ -225,7 +224,8 @@ namespace xgrad::data
         switch (options.dtype)
         {
         case dtype::float32:
-            m.m_table_f32 = value_table<float>(options.mean, options.std, [](double v) { return static_cast<float>(v); });
+            m.m_table_f32 = value_table<float>(options.mean, options.std,
+                                               [](double v) { return static_cast<float>(v); });
             break;
         case dtype::float64:
             m.m_table_f64 = value_table<double>(options.mean, options.std, [](double v) { return v; });
@@ -234,7 +234,8 @@ namespace xgrad::data
             m.m_table_f16 = value_table<float16_t>(options.mean, options.std, [](double v) { return to_float16(v); });
             break;
         case dtype::bfloat16:
-            m.m_table_bf16 = value_table<bfloat16_t>(options.mean, options.std, [](double v) { return to_bfloat16(v); });
+            m.m_table_bf16 = value_table<bfloat16_t>(options.mean, options.std,
+                                                     [](double v) { return to_bfloat16(v); });
             break;
         case dtype::int64: break; // rejected above
         }

@@ -32,10 +32,7 @@ namespace xgrad::io
 
         std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-        bool starts_with(std::string_view s, std::string_view prefix)
-        {
-            return s.substr(0, prefix.size()) == prefix;
-        }
+        bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
         std::string describe(const tensor& t)
         {
@@ -61,8 +58,8 @@ namespace xgrad::io
         }
     }
 
-    void save_checkpoint(const std::filesystem::path& path, const nn::module& model,
-                         const optim::optimizer* optimizer, std::int64_t epoch, const metadata_map& extra)
+    void save_checkpoint(const std::filesystem::path& path, const nn::module& model, const optim::optimizer* optimizer,
+                         std::int64_t epoch, const metadata_map& extra)
     {
         if (epoch < 0)
             fail(path, "cannot save a checkpoint with negative epoch " + std::to_string(epoch));
@@ -90,8 +87,7 @@ namespace xgrad::io
         save_safetensors(path, tensors, metadata);
     }
 
-    checkpoint_info load_checkpoint(const std::filesystem::path& path, nn::module& model,
-                                    optim::optimizer* optimizer)
+    checkpoint_info load_checkpoint(const std::filesystem::path& path, nn::module& model, optim::optimizer* optimizer)
     {
         safetensors_content content = load_safetensors(path);
         const metadata_map& metadata = content.metadata;

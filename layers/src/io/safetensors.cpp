@@ -100,7 +100,9 @@ namespace xgrad::io
                 ~closer() { ::close(fd); }
             } guard{fd};
 
-            struct ::stat info{};
+            struct ::stat info
+            {
+            };
             if (::fstat(fd, &info) != 0)
                 fail(path, "cannot read: " + system_error_text(errno));
             if (!S_ISREG(info.st_mode))
@@ -211,8 +213,8 @@ namespace xgrad::io
                 fail(path, who + "field 'data_offsets' is " + offsets.dump() + ", not [begin, end]");
             for (const json& o : offsets)
                 if (!o.is_number_unsigned())
-                    fail(path, who + "field 'data_offsets' is " + offsets.dump() +
-                                   ", not a pair of non-negative integers");
+                    fail(path,
+                         who + "field 'data_offsets' is " + offsets.dump() + ", not a pair of non-negative integers");
             e.begin = offsets[0].get<std::uint64_t>();
             e.end = offsets[1].get<std::uint64_t>();
             const std::string where = "field 'data_offsets' " + offsets_text(e.begin, e.end);
@@ -222,8 +224,7 @@ namespace xgrad::io
                 fail(path, who + where + " spans " + std::to_string(e.end - e.begin) + " bytes, but shape " +
                                shape_to_string(e.shape) + " of " + code + " needs " + std::to_string(nbytes));
             if (e.end > data_size)
-                fail(path, who + where + " reaches beyond the data region (" + std::to_string(data_size) +
-                               " bytes)");
+                fail(path, who + where + " reaches beyond the data region (" + std::to_string(data_size) + " bytes)");
             return e;
         }
 

@@ -63,8 +63,8 @@ namespace xgrad::optim
         void check_unit_interval(std::string_view who, const char* option, double v, bool closed)
         {
             if (!(v >= 0.0) || (closed ? !(v <= 1.0) : !(v < 1.0)))
-                fail_option(who, std::string(option) + " must be in [0, 1" + (closed ? "]" : ")") + ", got " +
-                                     number(v));
+                fail_option(who,
+                            std::string(option) + " must be in [0, 1" + (closed ? "]" : ")") + ", got " + number(v));
         }
 
         /// Validates before the base is constructed, so that a bad option never yields an object.

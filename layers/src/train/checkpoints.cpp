@@ -29,6 +29,7 @@ namespace xgrad::train
         if (!differences.empty())
             throw xgrad::invalid_argument(checkpoint.string() +
                                           ": the checkpoint was written by a run with other settings; resuming "
-                                          "would not continue it exactly:" + differences);
+                                          "would not continue it exactly:" +
+                                          differences);
     }
 }

@@ -23,10 +23,7 @@ namespace xgrad::train
     {
         // ---- files ------------------------------------------------------------------------
 
-        std::string quoted(const fs::path& path)
-        {
-            return "'" + path.string() + "'";
-        }
+        std::string quoted(const fs::path& path) { return "'" + path.string() + "'"; }
 
         // Writes content atomically and durably (xgrad/io/atomic_file.hpp), naming the caller
         // and the path on failure.
@@ -117,10 +114,7 @@ namespace xgrad::train
         }
 
         // A coordinate with one decimal, enough for a screen.
-        std::string coord(double value)
-        {
-            return fixed(value, 1);
-        }
+        std::string coord(double value) { return fixed(value, 1); }
 
         // 1, 2 or 5 times a power of ten, so that range / step is close to target.
         double nice_step(double range, double target)
@@ -128,15 +122,11 @@ namespace xgrad::train
             const double raw = range / target;
             const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
             const double normalized = raw / magnitude;
-            const double factor = normalized < 1.5 ? 1.0 : normalized < 3.0 ? 2.0
-                                  : normalized < 7.0 ? 5.0 : 10.0;
+            const double factor = normalized < 1.5 ? 1.0 : normalized < 3.0 ? 2.0 : normalized < 7.0 ? 5.0 : 10.0;
             return factor * magnitude;
         }
 
-        int decimals_for(double step)
-        {
-            return std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
-        }
+        int decimals_for(double step) { return std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9))); }
 
         struct axis
         {
@@ -185,25 +175,24 @@ namespace xgrad::train
 
         struct series
         {
-            const char* name;  // "train" or "test"
+            const char* name; // "train" or "test"
             const char* color;
-            const char* dash;  // empty for a solid line
+            const char* dash; // empty for a solid line
             std::vector<double> values;
         };
 
         struct panel
         {
-            const char* id;       // "loss" or "accuracy"
+            const char* id; // "loss" or "accuracy"
             std::string title;
             std::string y_label;
-            int value_decimals;   // in the title's last values
-            std::string unit;     // appended to the title's last values
+            int value_decimals; // in the title's last values
+            std::string unit;   // appended to the title's last values
             axis y;
             std::vector<series> lines;
         };
 
-        std::string last_finite_text(const std::vector<double>& values, int decimals,
-                                     const std::string& unit)
+        std::string last_finite_text(const std::vector<double>& values, int decimals, const std::string& unit)
         {
             for (auto it = values.rbegin(); it != values.rend(); ++it)
             {
@@ -215,8 +204,8 @@ namespace xgrad::train
             return "n/a";
         }
 
-        void draw_panel(std::ostringstream& svg, const panel& p, double origin,
-                        const std::vector<int>& epochs, double x_lo, double x_hi, double x_step)
+        void draw_panel(std::ostringstream& svg, const panel& p, double origin, const std::vector<int>& epochs,
+                        double x_lo, double x_hi, double x_step)
         {
             const double left = origin + 78.0;
             const double right = origin + panel_width - 24.0;
@@ -234,8 +223,8 @@ namespace xgrad::train
             svg << "<g class=\"panel " << p.id << "\">\n";
             // Title with the last values of each line.
             svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord(plot_top - 12)
-                << "\" text-anchor=\"middle\" font-size=\"15\"><tspan font-weight=\"bold\">"
-                << xml_escape(p.title) << "</tspan><tspan dx=\"10\" fill=\"#555\" font-size=\"13\">last:";
+                << "\" text-anchor=\"middle\" font-size=\"15\"><tspan font-weight=\"bold\">" << xml_escape(p.title)
+                << "</tspan><tspan dx=\"10\" fill=\"#555\" font-size=\"13\">last:";
             const char* separator = " ";
             for (const series& s : p.lines)
             {
@@ -246,44 +235,40 @@ namespace xgrad::train
 
             // Grid, ticks and tick labels.
             const int y_decimals = decimals_for(p.y.step);
-            for (long k = std::lround(std::ceil(p.y.lo / p.y.step - 1e-9));
-                 k * p.y.step <= p.y.hi + p.y.step * 1e-9; ++k)
+            for (long k = std::lround(std::ceil(p.y.lo / p.y.step - 1e-9)); k * p.y.step <= p.y.hi + p.y.step * 1e-9;
+                 ++k)
             {
                 const double value = k * p.y.step;
                 const std::string y = coord(y_of(value));
-                svg << "<line x1=\"" << coord(left) << "\" y1=\"" << y << "\" x2=\"" << coord(right)
-                    << "\" y2=\"" << y << "\" stroke=\"#e6e6e6\"/>\n";
-                svg << "<line x1=\"" << coord(left - 5) << "\" y1=\"" << y << "\" x2=\""
-                    << coord(left) << "\" y2=\"" << y << "\" stroke=\"#333\"/>\n";
+                svg << "<line x1=\"" << coord(left) << "\" y1=\"" << y << "\" x2=\"" << coord(right) << "\" y2=\"" << y
+                    << "\" stroke=\"#e6e6e6\"/>\n";
+                svg << "<line x1=\"" << coord(left - 5) << "\" y1=\"" << y << "\" x2=\"" << coord(left) << "\" y2=\""
+                    << y << "\" stroke=\"#333\"/>\n";
                 svg << "<text x=\"" << coord(left - 8) << "\" y=\"" << y
                     << "\" text-anchor=\"end\" dominant-baseline=\"middle\" font-size=\"12\">"
                     << fixed(value, y_decimals) << "</text>\n";
             }
-            for (long k = std::lround(std::ceil(x_lo / x_step - 1e-9));
-                 k * x_step <= x_hi + 1e-9; ++k)
+            for (long k = std::lround(std::ceil(x_lo / x_step - 1e-9)); k * x_step <= x_hi + 1e-9; ++k)
             {
                 const double value = k * x_step;
                 const std::string x = coord(x_of(value));
-                svg << "<line x1=\"" << x << "\" y1=\"" << coord(plot_top) << "\" x2=\"" << x
-                    << "\" y2=\"" << coord(plot_bottom) << "\" stroke=\"#f0f0f0\"/>\n";
-                svg << "<line x1=\"" << x << "\" y1=\"" << coord(plot_bottom) << "\" x2=\"" << x
-                    << "\" y2=\"" << coord(plot_bottom + 5) << "\" stroke=\"#333\"/>\n";
+                svg << "<line x1=\"" << x << "\" y1=\"" << coord(plot_top) << "\" x2=\"" << x << "\" y2=\""
+                    << coord(plot_bottom) << "\" stroke=\"#f0f0f0\"/>\n";
+                svg << "<line x1=\"" << x << "\" y1=\"" << coord(plot_bottom) << "\" x2=\"" << x << "\" y2=\""
+                    << coord(plot_bottom + 5) << "\" stroke=\"#333\"/>\n";
                 svg << "<text x=\"" << x << "\" y=\"" << coord(plot_bottom + 20)
-                    << "\" text-anchor=\"middle\" font-size=\"12\">" << fixed(value, 0)
-                    << "</text>\n";
+                    << "\" text-anchor=\"middle\" font-size=\"12\">" << fixed(value, 0) << "</text>\n";
             }
             // Frame and axis labels.
-            svg << "<rect x=\"" << coord(left) << "\" y=\"" << coord(plot_top) << "\" width=\""
-                << coord(right - left) << "\" height=\"" << coord(plot_bottom - plot_top)
-                << "\" fill=\"none\" stroke=\"#333\"/>\n";
+            svg << "<rect x=\"" << coord(left) << "\" y=\"" << coord(plot_top) << "\" width=\"" << coord(right - left)
+                << "\" height=\"" << coord(plot_bottom - plot_top) << "\" fill=\"none\" stroke=\"#333\"/>\n";
             svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord(plot_bottom + 44)
                 << "\" text-anchor=\"middle\" font-size=\"13\">epoch</text>\n";
             const double label_x = origin + 22.0;
             const double label_y = (plot_top + plot_bottom) / 2;
             svg << "<text x=\"" << coord(label_x) << "\" y=\"" << coord(label_y)
-                << "\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 "
-                << coord(label_x) << " " << coord(label_y) << ")\">" << xml_escape(p.y_label)
-                << "</text>\n";
+                << "\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 " << coord(label_x) << " "
+                << coord(label_y) << ")\">" << xml_escape(p.y_label) << "</text>\n";
 
             // Lines: one path per series, broken where a value is not finite; then the points.
             for (const series& s : p.lines)
@@ -297,8 +282,8 @@ namespace xgrad::train
                         pen_down = false;
                         continue;
                     }
-                    d += (d.empty() ? "" : " ") + std::string(pen_down ? "L" : "M")
-                         + coord(x_of(epochs[i])) + "," + coord(y_of(s.values[i]));
+                    d += (d.empty() ? "" : " ") + std::string(pen_down ? "L" : "M") + coord(x_of(epochs[i])) + "," +
+                         coord(y_of(s.values[i]));
                     pen_down = true;
                 }
                 if (d.empty())
@@ -316,9 +301,8 @@ namespace xgrad::train
                 {
                     if (std::isfinite(s.values[i]))
                     {
-                        svg << "<circle class=\"point " << p.id << "-" << s.name << "\" cx=\""
-                            << coord(x_of(epochs[i])) << "\" cy=\"" << coord(y_of(s.values[i]))
-                            << "\" r=\"4\" fill=\"" << s.color
+                        svg << "<circle class=\"point " << p.id << "-" << s.name << "\" cx=\"" << coord(x_of(epochs[i]))
+                            << "\" cy=\"" << coord(y_of(s.values[i])) << "\" r=\"4\" fill=\"" << s.color
                             << "\" stroke=\"#fff\" stroke-width=\"1\"/>\n";
                     }
                 }
@@ -328,22 +312,26 @@ namespace xgrad::train
 
         void draw_legend(std::ostringstream& svg)
         {
-            struct entry { const char* name; const char* color; const char* dash; };
+            struct entry
+            {
+                const char* name;
+                const char* color;
+                const char* dash;
+            };
             const entry entries[] = {{"train", train_color, ""}, {"test", test_color, test_dash}};
             double x = width / 2 - 90.0;
             const double y = 58.0;
             svg << "<g class=\"legend\">\n";
             for (const entry& e : entries)
             {
-                svg << "<line x1=\"" << coord(x) << "\" y1=\"" << coord(y) << "\" x2=\""
-                    << coord(x + 34) << "\" y2=\"" << coord(y) << "\" stroke=\"" << e.color
-                    << "\" stroke-width=\"2\"";
+                svg << "<line x1=\"" << coord(x) << "\" y1=\"" << coord(y) << "\" x2=\"" << coord(x + 34) << "\" y2=\""
+                    << coord(y) << "\" stroke=\"" << e.color << "\" stroke-width=\"2\"";
                 if (*e.dash != '\0')
                 {
                     svg << " stroke-dasharray=\"" << e.dash << "\"";
                 }
-                svg << "/>\n<circle cx=\"" << coord(x + 17) << "\" cy=\"" << coord(y)
-                    << "\" r=\"4\" fill=\"" << e.color << "\" stroke=\"#fff\"/>\n";
+                svg << "/>\n<circle cx=\"" << coord(x + 17) << "\" cy=\"" << coord(y) << "\" r=\"4\" fill=\"" << e.color
+                    << "\" stroke=\"#fff\"/>\n";
                 svg << "<text x=\"" << coord(x + 42) << "\" y=\"" << coord(y)
                     << "\" dominant-baseline=\"middle\" font-size=\"13\">" << e.name << "</text>\n";
                 x += 110.0;
@@ -357,9 +345,9 @@ namespace xgrad::train
         std::string text = std::string(metrics_csv_header) + "\n";
         for (const epoch_metrics& m : metrics)
         {
-            text += std::to_string(m.epoch) + "," + csv_number(m.train_loss) + ","
-                    + csv_number(m.train_accuracy) + "," + csv_number(m.test_loss) + ","
-                    + csv_number(m.test_accuracy) + "," + csv_number(m.seconds) + "\n";
+            text += std::to_string(m.epoch) + "," + csv_number(m.train_loss) + "," + csv_number(m.train_accuracy) +
+                    "," + csv_number(m.test_loss) + "," + csv_number(m.test_accuracy) + "," + csv_number(m.seconds) +
+                    "\n";
         }
         write_atomically(path, text, "write_metrics_csv");
     }
@@ -370,8 +358,8 @@ namespace xgrad::train
         if (!in)
         {
             const int error = errno;
-            throw std::runtime_error("read_metrics_csv: cannot open " + quoted(path) + " ("
-                                     + std::strerror(error) + ")");
+            throw std::runtime_error("read_metrics_csv: cannot open " + quoted(path) + " (" + std::strerror(error) +
+                                     ")");
         }
         std::vector<epoch_metrics> rows;
         std::string line;
@@ -384,14 +372,14 @@ namespace xgrad::train
             {
                 line.pop_back();
             }
-            const std::string where = "read_metrics_csv: " + quoted(path) + " line "
-                                      + std::to_string(line_number) + ": ";
+            const std::string where = "read_metrics_csv: " + quoted(path) + " line " + std::to_string(line_number) +
+                                      ": ";
             if (!header_seen)
             {
                 if (trim(line) != metrics_csv_header)
                 {
-                    throw std::runtime_error(where + "expected the header '" + metrics_csv_header
-                                             + "', got '" + line + "'");
+                    throw std::runtime_error(where + "expected the header '" + metrics_csv_header + "', got '" + line +
+                                             "'");
                 }
                 header_seen = true;
                 continue;
@@ -413,32 +401,30 @@ namespace xgrad::train
             }
             if (fields.size() != 6)
             {
-                throw std::runtime_error(where + "expected 6 comma-separated fields, got "
-                                         + std::to_string(fields.size()) + " in '" + line + "'");
+                throw std::runtime_error(where + "expected 6 comma-separated fields, got " +
+                                         std::to_string(fields.size()) + " in '" + line + "'");
             }
             epoch_metrics m;
             if (!parse_whole(fields[0], m.epoch))
             {
                 throw std::runtime_error(where + "epoch '" + fields[0] + "' is not an integer");
             }
-            static const char* const names[] = {"train_loss", "train_accuracy", "test_loss",
-                                                "test_accuracy", "seconds"};
-            double* const targets[] = {&m.train_loss, &m.train_accuracy, &m.test_loss,
-                                       &m.test_accuracy, &m.seconds};
+            static const char* const names[] = {"train_loss", "train_accuracy", "test_loss", "test_accuracy",
+                                                "seconds"};
+            double* const targets[] = {&m.train_loss, &m.train_accuracy, &m.test_loss, &m.test_accuracy, &m.seconds};
             for (std::size_t i = 0; i < 5; ++i)
             {
                 if (!parse_whole(fields[i + 1], *targets[i]))
                 {
-                    throw std::runtime_error(where + names[i] + " '" + fields[i + 1]
-                                             + "' is not a number");
+                    throw std::runtime_error(where + names[i] + " '" + fields[i + 1] + "' is not a number");
                 }
             }
             rows.push_back(m);
         }
         if (!header_seen)
         {
-            throw std::runtime_error("read_metrics_csv: " + quoted(path)
-                                     + " is empty (expected the header '" + metrics_csv_header + "')");
+            throw std::runtime_error("read_metrics_csv: " + quoted(path) + " is empty (expected the header '" +
+                                     metrics_csv_header + "')");
         }
         return rows;
     }
@@ -447,14 +433,13 @@ namespace xgrad::train
     {
         for (const epoch_metrics& m : metrics)
         {
-            for (const auto& [name, value] : {std::pair{"train_accuracy", m.train_accuracy},
-                                              std::pair{"test_accuracy", m.test_accuracy}})
+            for (const auto& [name, value] :
+                 {std::pair{"train_accuracy", m.train_accuracy}, std::pair{"test_accuracy", m.test_accuracy}})
             {
                 if (std::isfinite(value) && (value < 0.0 || value > 1.0))
                 {
-                    throw std::invalid_argument("metrics_svg: epoch " + std::to_string(m.epoch) + " "
-                                                + name + " " + csv_number(value)
-                                                + " is outside [0, 1] (accuracies are fractions)");
+                    throw std::invalid_argument("metrics_svg: epoch " + std::to_string(m.epoch) + " " + name + " " +
+                                                csv_number(value) + " is outside [0, 1] (accuracies are fractions)");
                 }
             }
         }
@@ -491,14 +476,14 @@ namespace xgrad::train
         std::vector<double> accuracies = train_acc.values;
         accuracies.insert(accuracies.end(), test_acc.values.begin(), test_acc.values.end());
 
-        panel loss_panel{"loss", "Loss", "cross-entropy loss", 4, "",
-                         value_axis(losses, 0.0, INFINITY), {train_loss, test_loss}};
-        panel accuracy_panel{"accuracy", "Accuracy", "accuracy (%)", 2, "%",
-                             value_axis(accuracies, 0.0, 100.0), {train_acc, test_acc}};
+        panel loss_panel{
+            "loss", "Loss", "cross-entropy loss", 4, "", value_axis(losses, 0.0, INFINITY), {train_loss, test_loss}};
+        panel accuracy_panel{
+            "accuracy", "Accuracy", "accuracy (%)", 2, "%", value_axis(accuracies, 0.0, 100.0), {train_acc, test_acc}};
 
         std::ostringstream svg;
-        svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-            << height << "\" viewBox=\"0 0 " << width << " " << height
+        svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+            << "\" viewBox=\"0 0 " << width << " " << height
             << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" fill=\"#222\">\n";
         svg << "<title>" << xml_escape(title) << "</title>\n";
         svg << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
@@ -516,9 +501,7 @@ namespace xgrad::train
         return svg.str();
     }
 
-    void write_metrics_svg(const fs::path& path,
-                           const std::vector<epoch_metrics>& metrics,
-                           const std::string& title)
+    void write_metrics_svg(const fs::path& path, const std::vector<epoch_metrics>& metrics, const std::string& title)
     {
         std::string document;
         try

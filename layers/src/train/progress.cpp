@@ -30,10 +30,7 @@ namespace xgrad::train
             return printf_string(rate >= 100.0 ? "%.0f img/s" : "%.1f img/s", rate);
         }
 
-        std::string format_loss(double loss)
-        {
-            return printf_string("loss %.4f", loss);
-        }
+        std::string format_loss(double loss) { return printf_string("loss %.4f", loss); }
 
         std::string format_bar(std::size_t done, std::size_t total)
         {
@@ -73,27 +70,16 @@ namespace xgrad::train
         return buffer;
     }
 
-    bool stdout_is_terminal()
-    {
-        return ::isatty(STDOUT_FILENO) == 1;
-    }
+    bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
 
-    progress_bar::progress_bar(std::string label,
-                               size_type total_batches,
-                               std::ostream& out,
-                               bool is_terminal,
+    progress_bar::progress_bar(std::string label, size_type total_batches, std::ostream& out, bool is_terminal,
                                clock_type clock)
-        : m_label(std::move(label))
-        , m_total(total_batches)
-        , m_out(out)
-        , m_is_terminal(is_terminal)
-        , m_clock(std::move(clock))
-        , m_start(0.0)
+        : m_label(std::move(label)), m_total(total_batches), m_out(out), m_is_terminal(is_terminal),
+          m_clock(std::move(clock)), m_start(0.0)
     {
         if (m_total == 0)
         {
-            throw std::invalid_argument("progress_bar '" + m_label
-                                        + "': total_batches must be at least 1, got 0");
+            throw std::invalid_argument("progress_bar '" + m_label + "': total_batches must be at least 1, got 0");
         }
         m_start = now();
     }
@@ -105,15 +91,10 @@ namespace xgrad::train
             return m_clock();
         }
         using seconds = std::chrono::duration<double>;
-        return std::chrono::duration_cast<seconds>(
-                   std::chrono::steady_clock::now().time_since_epoch())
-            .count();
+        return std::chrono::duration_cast<seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
     }
 
-    double progress_bar::elapsed() const
-    {
-        return m_finished ? m_final_elapsed : std::max(0.0, now() - m_start);
-    }
+    double progress_bar::elapsed() const { return m_finished ? m_final_elapsed : std::max(0.0, now() - m_start); }
 
     void progress_bar::update(size_type batches_done, size_type images_done, double running_loss)
     {
@@ -123,9 +104,8 @@ namespace xgrad::train
         }
         if (batches_done > m_total)
         {
-            throw std::invalid_argument("progress_bar '" + m_label + "': batches_done "
-                                        + std::to_string(batches_done) + " exceeds total_batches "
-                                        + std::to_string(m_total));
+            throw std::invalid_argument("progress_bar '" + m_label + "': batches_done " + std::to_string(batches_done) +
+                                        " exceeds total_batches " + std::to_string(m_total));
         }
         m_batches = batches_done;
         m_images = images_done;
@@ -189,8 +169,7 @@ namespace xgrad::train
             double eta = -1.0;
             if (m_batches > 0)
             {
-                eta = elapsed_s * static_cast<double>(m_total - m_batches)
-                      / static_cast<double>(m_batches);
+                eta = elapsed_s * static_cast<double>(m_total - m_batches) / static_cast<double>(m_batches);
             }
             timing = "ETA " + format_duration(eta);
         }
@@ -198,9 +177,8 @@ namespace xgrad::train
         std::string rest;
         if (m_is_terminal)
         {
-            rest = " " + format_bar(m_batches, m_total) + " " + format_count(m_batches, m_total)
-                   + " " + format_rate(m_images, elapsed_s) + " " + format_loss(m_loss) + " "
-                   + timing;
+            rest = " " + format_bar(m_batches, m_total) + " " + format_count(m_batches, m_total) + " " +
+                   format_rate(m_images, elapsed_s) + " " + format_loss(m_loss) + " " + timing;
         }
         else
         {
@@ -209,8 +187,7 @@ namespace xgrad::train
             {
                 rest += " (" + std::to_string(m_batches * 100 / m_total) + "%)";
             }
-            rest += ", " + format_rate(m_images, elapsed_s) + ", " + format_loss(m_loss) + ", "
-                    + timing;
+            rest += ", " + format_rate(m_images, elapsed_s) + ", " + format_loss(m_loss) + ", " + timing;
         }
 
         std::string label = m_label;

@@ -169,8 +169,8 @@ namespace
             {
                 std::ostringstream os;
                 os.precision(17);
-                os << what << "[" << i << "]: got " << got << ", want " << want << ", |diff| "
-                   << std::abs(got - want) << " > tol " << tol;
+                os << what << "[" << i << "]: got " << got << ", want " << want << ", |diff| " << std::abs(got - want)
+                   << " > tol " << tol;
                 first = os.str();
             }
         }
@@ -198,7 +198,7 @@ namespace
             std::vector<double> centre(C), spread(C);
             for (std::size_t c = 0; c < C; ++c)
             {
-                centre[c] = 3 * U(gen);               // x has a mean well away from 0 ...
+                centre[c] = 3 * U(gen);                   // x has a mean well away from 0 ...
                 spread[c] = 0.2 + 1.8 * (U(gen) + 1) / 2; // ... and a channel-dependent spread
                 scale.push_back(static_cast<S>(1.5 * U(gen)));
                 offset.push_back(static_cast<S>(U(gen)));
@@ -262,13 +262,12 @@ namespace
                    same_bits(fr_var, o.fr_var) && same_bits(t_sums, o.t_sums) && same_bits(tr_sums, o.tr_sums) &&
                    same_bits(ir_sums, o.ir_sums) && same_bits(f_y, o.f_y) && same_bits(fr_y, o.fr_y) &&
                    same_bits(y_relu, o.y_relu) && same_bits(t_dx, o.t_dx) && same_bits(tr_dx, o.tr_dx) &&
-                   same_bits(ir_dx, o.ir_dx) &&
-                   same_bits(mean, o.mean) && same_bits(var, o.var) && same_bits(sum_dy, o.sum_dy) &&
-                   same_bits(sum_dy_xc, o.sum_dy_xc) && same_bits(inf_sum_dy, o.inf_sum_dy) &&
-                   same_bits(inf_sum_dy_xc, o.inf_sum_dy_xc) && same_bits(gg_sums, o.gg_sums) &&
-                   same_bits(y, o.y) && same_bits(dx, o.dx) && same_bits(dx_inf, o.dx_inf) &&
-                   same_bits(dg_train, o.dg_train) && same_bits(dxx_train, o.dxx_train) &&
-                   same_bits(dg_inf, o.dg_inf) && same_bits(dxx_inf, o.dxx_inf);
+                   same_bits(ir_dx, o.ir_dx) && same_bits(mean, o.mean) && same_bits(var, o.var) &&
+                   same_bits(sum_dy, o.sum_dy) && same_bits(sum_dy_xc, o.sum_dy_xc) &&
+                   same_bits(inf_sum_dy, o.inf_sum_dy) && same_bits(inf_sum_dy_xc, o.inf_sum_dy_xc) &&
+                   same_bits(gg_sums, o.gg_sums) && same_bits(y, o.y) && same_bits(dx, o.dx) &&
+                   same_bits(dx_inf, o.dx_inf) && same_bits(dg_train, o.dg_train) &&
+                   same_bits(dxx_train, o.dxx_train) && same_bits(dg_inf, o.dg_inf) && same_bits(dxx_inf, o.dxx_inf);
         }
     };
 
@@ -304,42 +303,44 @@ namespace
         const S* sdy = ref_grad_sums.data();
         const S* sdxc = ref_grad_sums.data() + C;
         auto fused = [&](auto forward_training, auto normalize, auto grad_training, auto grad_inference) {
-            forward_training(r.f_y.data(), r.f_mean.data(), r.f_var.data(), p.x.data(), p.scale.data(),
-                             p.offset.data(), p.eps, false, dt, o, c, in);
+            forward_training(r.f_y.data(), r.f_mean.data(), r.f_var.data(), p.x.data(), p.scale.data(), p.offset.data(),
+                             p.eps, false, dt, o, c, in);
             forward_training(r.fr_y.data(), r.fr_mean.data(), r.fr_var.data(), p.x.data(), p.scale.data(),
                              p.offset.data(), p.eps, true, dt, o, c, in);
-            normalize(r.y_relu.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
-                      p.eps, true, dt, o, c, in);
+            normalize(r.y_relu.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(), p.eps,
+                      true, dt, o, c, in);
             grad_training(r.t_dx.data(), r.t_sums.data(), r.t_sums.data() + c, p.dy.data(), p.x.data(), nullptr,
                           p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
-            grad_training(r.tr_dx.data(), r.tr_sums.data(), r.tr_sums.data() + c, p.dy.data(), p.x.data(),
-                          p.ym.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
-            grad_inference(r.ir_dx.data(), r.ir_sums.data(), r.ir_sums.data() + c, p.dy.data(), p.x.data(),
-                           p.ym.data(), p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+            grad_training(r.tr_dx.data(), r.tr_sums.data(), r.tr_sums.data() + c, p.dy.data(), p.x.data(), p.ym.data(),
+                          p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+            grad_inference(r.ir_dx.data(), r.ir_sums.data(), r.ir_sums.data() + c, p.dy.data(), p.x.data(), p.ym.data(),
+                           p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
         };
         if (fast)
-            fused(fast_table.bn_forward_training, fast_table.bn_normalize, fast_table.bn_grad_training, fast_table.bn_grad_inference);
+            fused(fast_table.bn_forward_training, fast_table.bn_normalize, fast_table.bn_grad_training,
+                  fast_table.bn_grad_inference);
         else
             fused(ref::bn_forward_training, ref::bn_normalize, ref::bn_grad_training, ref::bn_grad_inference);
         if (fast)
         {
             fast_table.bn_moments(r.mean.data(), r.var.data(), p.x.data(), dt, o, c, in);
-            fast_table.bn_normalize(r.y.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(), p.var.data(),
-                              p.eps, false, dt, o, c, in);
-            fast_table.bn_grad_reduce(r.sum_dy.data(), r.sum_dy_xc.data(), p.dy.data(), p.x.data(), p.mean.data(), dt, o, c,
-                                in);
-            fast_table.bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), sdy,
-                               sdxc, p.eps, dt, o, c, in);
+            fast_table.bn_normalize(r.y.data(), p.x.data(), p.scale.data(), p.offset.data(), p.mean.data(),
+                                    p.var.data(), p.eps, false, dt, o, c, in);
+            fast_table.bn_grad_reduce(r.sum_dy.data(), r.sum_dy_xc.data(), p.dy.data(), p.x.data(), p.mean.data(), dt,
+                                      o, c, in);
+            fast_table.bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(),
+                                     sdy, sdxc, p.eps, dt, o, c, in);
             fast_table.bn_grad_inference(r.dx_inf.data(), r.inf_sum_dy.data(), r.inf_sum_dy_xc.data(), p.dy.data(),
-                                   p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
+                                         p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o,
+                                         c, in);
             fast_table.bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
-                                     p.var.data(), p.eps, dt, o, c, in);
+                                           p.var.data(), p.eps, dt, o, c, in);
             fast_table.bn_grad_grad_apply(r.dg_train.data(), r.dxx_train.data(), p.A.data(), p.dy.data(), p.x.data(),
-                                    p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
-                                    ref_gg_sums.data(), p.eps, true, dt, o, c, in);
+                                          p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
+                                          ref_gg_sums.data(), p.eps, true, dt, o, c, in);
             fast_table.bn_grad_grad_apply(r.dg_inf.data(), r.dxx_inf.data(), p.A.data(), p.dy.data(), p.x.data(),
-                                    p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
-                                    ref_gg_sums.data(), p.eps, false, dt, o, c, in);
+                                          p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
+                                          ref_gg_sums.data(), p.eps, false, dt, o, c, in);
         }
         else
         {
@@ -351,9 +352,10 @@ namespace
             ref::bn_grad_apply(r.dx.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(), sdy,
                                sdxc, p.eps, dt, o, c, in);
             ref::bn_grad_inference(r.dx_inf.data(), r.inf_sum_dy.data(), r.inf_sum_dy_xc.data(), p.dy.data(),
-                                   p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c, in);
-            ref::bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
-                                     p.var.data(), p.eps, dt, o, c, in);
+                                   p.x.data(), nullptr, p.scale.data(), p.mean.data(), p.var.data(), p.eps, dt, o, c,
+                                   in);
+            ref::bn_grad_grad_reduce(r.gg_sums.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(), p.var.data(),
+                                     p.eps, dt, o, c, in);
             ref::bn_grad_grad_apply(r.dg_train.data(), r.dxx_train.data(), p.A.data(), p.dy.data(), p.x.data(),
                                     p.scale.data(), p.mean.data(), p.var.data(), p.a.data(), p.b.data(),
                                     ref_gg_sums.data(), p.eps, true, dt, o, c, in);
@@ -374,8 +376,8 @@ namespace
         constexpr dtype dt = dtype_of<T>();
         cpu::reference::bn_grad_reduce(grad.data(), grad.data() + C, p.dy.data(), p.x.data(), p.mean.data(), dt,
                                        p.sh.outer, p.sh.C, p.sh.inner);
-        cpu::reference::bn_grad_grad_reduce(gg.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(),
-                                            p.var.data(), p.eps, dt, p.sh.outer, p.sh.C, p.sh.inner);
+        cpu::reference::bn_grad_grad_reduce(gg.data(), p.A.data(), p.dy.data(), p.x.data(), p.mean.data(), p.var.data(),
+                                            p.eps, dt, p.sh.outer, p.sh.C, p.sh.inner);
     }
 
     /// Checks the fast outputs `got` against the reference outputs `want` with the tolerances of
@@ -387,7 +389,9 @@ namespace
         const i64 C = p.sh.C, R = p.R, n = p.n;
         const double dR = static_cast<double>(R);
         report rep;
-        auto el = [](const std::vector<T>& v, i64 i) { return cpu_kernels_test::as_double(v[static_cast<std::size_t>(i)]); };
+        auto el = [](const std::vector<T>& v, i64 i) {
+            return cpu_kernels_test::as_double(v[static_cast<std::size_t>(i)]);
+        };
         auto sv = [](const auto& v, i64 i) { return static_cast<double>(v[static_cast<std::size_t>(i)]); };
 
         // Per-channel magnitudes, in double.
@@ -522,7 +526,8 @@ namespace
                 const double e1 = p.sum_tol(m1, s1 * dR) / dR, e2 = p.sum_tol(m2, s2 * dR) / dR;
                 const double gv = el(g, i), wv = el(w, i);
                 rep.close(what, i, gv, wv,
-                          p.elem_tol(16, std::abs(gamma * r) * (std::abs(g_in) + std::abs(s1) + std::abs(xc * r * r * s2)),
+                          p.elem_tol(16,
+                                     std::abs(gamma * r) * (std::abs(g_in) + std::abs(s1) + std::abs(xc * r * r * s2)),
                                      gv, wv) +
                               std::abs(gamma * r) * (e1 + std::abs(xc) * r * r * e2));
             };
@@ -560,13 +565,42 @@ namespace
     /// long rows (513, 1100), and R = 0.
     std::vector<shape> edge_shapes()
     {
-        return {{1, 1, 1},     {3, 1, 1},      {1, 3, 1},    {5, 3, 1},     {17, 17, 1},  {67, 67, 1},
-                {130, 5, 1},   {2000, 1, 1},   {333, 3, 1},  {100, 7, 1},   {129, 33, 1}, {64, 64, 1},
-                {65, 130, 1},  {3, 17, 2},     {17, 3, 3},   {67, 5, 17},   {9, 2, 31},   {5, 3, 32},
-                {7, 3, 33},    {3, 2, 67},     {2, 3, 513},  {1, 1, 1100},  {3, 2, 1100}, {1, 1, 4099},
-                {0, 3, 1},     {0, 3, 17},     {3, 3, 0},    {0, 1, 64},    {70, 1, 16},  {1, 300, 5},
+        return {{1, 1, 1},
+                {3, 1, 1},
+                {1, 3, 1},
+                {5, 3, 1},
+                {17, 17, 1},
+                {67, 67, 1},
+                {130, 5, 1},
+                {2000, 1, 1},
+                {333, 3, 1},
+                {100, 7, 1},
+                {129, 33, 1},
+                {64, 64, 1},
+                {65, 130, 1},
+                {3, 17, 2},
+                {17, 3, 3},
+                {67, 5, 17},
+                {9, 2, 31},
+                {5, 3, 32},
+                {7, 3, 33},
+                {3, 2, 67},
+                {2, 3, 513},
+                {1, 1, 1100},
+                {3, 2, 1100},
+                {1, 1, 4099},
+                {0, 3, 1},
+                {0, 3, 17},
+                {3, 3, 0},
+                {0, 1, 64},
+                {70, 1, 16},
+                {1, 300, 5},
                 // Several groups of row blocks (tiles) / many items per channel (runs).
-                {40000, 1, 1}, {1200, 67, 1},  {600, 17, 9}, {2, 1, 40000}, {300, 5, 40}};
+                {40000, 1, 1},
+                {1200, 67, 1},
+                {600, 17, 9},
+                {2, 1, 40000},
+                {300, 5, 40}};
     }
 
     std::vector<shape> random_shapes(std::mt19937_64& gen, int count, i64 max_numel)
@@ -605,7 +639,7 @@ namespace
         std::mt19937_64 gen(seed);
         // All above the 64K elements from which parallel_for splits: channels-last with C = 1, 3
         // and 67, tiles with inner > 1, runs grouping segments and runs chunking long rows.
-        const shape shapes[] = {{70000, 1, 1}, {30000, 3, 1},  {1200, 67, 1},
+        const shape shapes[] = {{70000, 1, 1}, {30000, 3, 1}, {1200, 67, 1},
                                 {600, 17, 9},  {300, 3, 100}, {20, 3, 2000}};
         for (const auto& s : shapes)
         {
@@ -631,25 +665,13 @@ namespace
     }
 }
 
-TEST_CASE("batch-norm kernels: fast vs reference, float32")
-{
-    check_dtype<float>(1);
-}
+TEST_CASE("batch-norm kernels: fast vs reference, float32") { check_dtype<float>(1); }
 
-TEST_CASE("batch-norm kernels: fast vs reference, float64")
-{
-    check_dtype<double>(2);
-}
+TEST_CASE("batch-norm kernels: fast vs reference, float64") { check_dtype<double>(2); }
 
-TEST_CASE("batch-norm kernels: fast vs reference, float16")
-{
-    check_dtype<float16_t>(3);
-}
+TEST_CASE("batch-norm kernels: fast vs reference, float16") { check_dtype<float16_t>(3); }
 
-TEST_CASE("batch-norm kernels: fast vs reference, bfloat16")
-{
-    check_dtype<bfloat16_t>(4);
-}
+TEST_CASE("batch-norm kernels: fast vs reference, bfloat16") { check_dtype<bfloat16_t>(4); }
 
 TEST_CASE("batch-norm kernels: results do not depend on the thread count")
 {
@@ -727,9 +749,9 @@ TEST_CASE("batch-norm kernels: grad_grad_apply with one output")
                 const auto N = static_cast<std::size_t>(p.n);
                 std::vector<float> dg(N), dx(N), dg_only(N, NAN), dx_only(N, NAN);
                 auto call = [&](float* d_g, float* d_x) {
-                    v.kernel(d_g, d_x, p.A.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(),
-                             p.var.data(), p.a.data(), p.b.data(), ggs.data(), p.eps, training, dtype::float32,
-                             s.outer, s.C, s.inner);
+                    v.kernel(d_g, d_x, p.A.data(), p.dy.data(), p.x.data(), p.scale.data(), p.mean.data(), p.var.data(),
+                             p.a.data(), p.b.data(), ggs.data(), p.eps, training, dtype::float32, s.outer, s.C,
+                             s.inner);
                 };
                 call(dg.data(), dx.data());
                 call(dg_only.data(), nullptr);
@@ -774,10 +796,10 @@ TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exa
         for (const auto level : simd_levels())
         {
             cpu::limit_simd_level(level);
-            fast_table.bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0, false,
-                              dt, s.outer, s.C, s.inner);
-            fast_table.bn_grad_inference(dx_got.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr, scale.data(),
-                                   zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
+            fast_table.bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0,
+                                    false, dt, s.outer, s.C, s.inner);
+            fast_table.bn_grad_inference(dx_got.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr,
+                                         scale.data(), zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
             INFO(str(s), " level ", level_name(level));
             CHECK(same_bits(y_got, y_want));
             CHECK(same_bits(dx_got, dx_want));

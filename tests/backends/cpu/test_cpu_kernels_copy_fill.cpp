@@ -46,9 +46,19 @@ namespace
     void random_values(std::vector<T>& v, std::mt19937_64& gen)
     {
         std::normal_distribution<double> dist(0, 1000);
-        const double specials[] = {0.0,     -0.0,   std::numeric_limits<double>::infinity(),
+        const double specials[] = {0.0,
+                                   -0.0,
+                                   std::numeric_limits<double>::infinity(),
                                    -std::numeric_limits<double>::infinity(),
-                                   std::nan(""), 65504.0, 65520.0, 1e-6, 1e20, -1e20, 9.3e18, 0.5, -2.5};
+                                   std::nan(""),
+                                   65504.0,
+                                   65520.0,
+                                   1e-6,
+                                   1e20,
+                                   -1e20,
+                                   9.3e18,
+                                   0.5,
+                                   -2.5};
         for (auto& x : v)
         {
             const auto r = gen() % 40;
@@ -88,8 +98,8 @@ namespace
             auto x = make_view<X>(shape, rep == 0 ? layout::contiguous : in_layouts[gen() % in_layouts.size()], gen,
                                   X{});
             random_values(x.storage, gen);
-            auto got = make_view<O>(shape, rep == 0 ? layout::contiguous : out_layouts[gen() % out_layouts.size()],
-                                    gen, garbage_of<O>());
+            auto got = make_view<O>(shape, rep == 0 ? layout::contiguous : out_layouts[gen() % out_layouts.size()], gen,
+                                    garbage_of<O>());
             auto want = got;
             fast.copy(got.data(), got.strides.data(), dtype_of<O>(), x.data(), x.strides.data(), dtype_of<X>(),
                       got.ndim(), shape.data());
@@ -152,7 +162,7 @@ TEST_CASE("cpu kernels: copy rounding and conversion rules")
         CHECK(convert_one<float16_t>(1.0f + 3 * 0x1p-11f).bits == 0x3c02); // tie -> even (up)
         CHECK(convert_one<float16_t>(65519.0f).bits == 0x7bff);
         CHECK(convert_one<float16_t>(65520.0f).bits == 0x7c00);
-        CHECK(convert_one<float16_t>(0x1p-25f).bits == 0x0000);        // half the smallest subnormal: even
+        CHECK(convert_one<float16_t>(0x1p-25f).bits == 0x0000); // half the smallest subnormal: even
         CHECK(convert_one<float16_t>(0x1.8p-25f).bits == 0x0001);
         // A float64 rounds in one step: through float32 this would tie and round down to 1.0.
         CHECK(convert_one<float16_t>(1.0 + 0x1p-11 + 0x1p-40).bits == 0x3c01);
@@ -210,7 +220,8 @@ TEST_CASE("cpu kernels: bulk float16 <-> float32 copies agree with half.hpp bit 
         }
         std::vector<float16_t> back(src.size(), float16_t{0x1234});
         const shape_t s2 = {static_cast<std::int64_t>(src.size())};
-        fast.copy(back.data(), strides.data(), dtype::float16, src.data(), strides.data(), dtype::float32, 1, s2.data());
+        fast.copy(back.data(), strides.data(), dtype::float16, src.data(), strides.data(), dtype::float32, 1,
+                  s2.data());
         bad = 0;
         for (std::size_t i = 0; i < src.size(); ++i)
             bad += back[i].bits != xgrad::to_float16(src[i]).bits;

@@ -124,8 +124,8 @@ namespace
         constexpr dtype dt = dtype_of<T>();
         fast.binary(got.data(), got.strides.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt,
                     got.ndim(), shape.data(), op);
-        cpu::reference::binary(want.data(), want.strides.data(), a.data(), a.strides.data(), b.data(),
-                               b.strides.data(), dt, want.ndim(), shape.data(), op);
+        cpu::reference::binary(want.data(), want.strides.data(), a.data(), a.strides.data(), b.data(), b.strides.data(),
+                               dt, want.ndim(), shape.data(), op);
         const std::string err = compare(got, want, garbage_fast<T>(), garbage_reference<T>(),
                                         [](T g, T w, std::size_t) { return same_value(g, w); });
         INFO("binary op ", int(op), " out ", got.describe(), " a ", a.describe(), " (", layout_name(a_kind), ") b ",

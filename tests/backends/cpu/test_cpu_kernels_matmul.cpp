@@ -57,8 +57,7 @@ namespace
         std::vector<T> got(size, garbage_fast<T>()), want(size, garbage_reference<T>());
         constexpr dtype dt = dtype_of<T>();
         fast.matmul(got.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k);
-        cpu::reference::matmul(want.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n,
-                               k);
+        cpu::reference::matmul(want.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k);
         const double u = std::numeric_limits<T>::epsilon() / 2;
         const double gamma = static_cast<double>(k) * u / (1 - static_cast<double>(k) * u);
         std::string err;

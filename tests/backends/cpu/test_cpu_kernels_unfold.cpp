@@ -45,7 +45,9 @@ namespace
     /// grain (more than 64K elements of cols).
     window2d_dims random_window(std::mt19937_64& gen, bool large)
     {
-        auto pick = [&](std::int64_t lo, std::int64_t hi) { return lo + std::int64_t(gen() % std::uint64_t(hi - lo + 1)); };
+        auto pick = [&](std::int64_t lo, std::int64_t hi) {
+            return lo + std::int64_t(gen() % std::uint64_t(hi - lo + 1));
+        };
         for (;;)
         {
             window2d_dims d{};

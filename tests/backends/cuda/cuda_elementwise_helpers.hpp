@@ -166,13 +166,13 @@ namespace cuda_elementwise_test
                 65520.0,
                 -65520.0,
                 1e5,
-                std::ldexp(1.0, -24),  // float16's smallest subnormal
-                std::ldexp(1.0, -25),  // half of it: rounds to even (0)
-                std::ldexp(3.0, -26),  // 0.75 of it: rounds up
-                6.1e-5,                // near float16's smallest normal
+                std::ldexp(1.0, -24), // float16's smallest subnormal
+                std::ldexp(1.0, -25), // half of it: rounds to even (0)
+                std::ldexp(3.0, -26), // 0.75 of it: rounds up
+                6.1e-5,               // near float16's smallest normal
                 1e-8,
                 1e-30,
-                1.5e-45,               // float's smallest subnormal
+                1.5e-45, // float's smallest subnormal
                 std::numeric_limits<float>::denorm_min() * 3.0,
                 std::numeric_limits<double>::denorm_min(),
                 std::numeric_limits<double>::min(),
@@ -182,11 +182,11 @@ namespace cuda_elementwise_test
                 -1e300,
                 9.3e18,
                 -9.3e18,
-                9223372036854775808.0,  // 2^63: INT64_MAX
-                -9223372036854775808.0, // -2^63: INT64_MIN exactly
-                9223372036854774784.0,  // the largest double below 2^63
+                9223372036854775808.0,                             // 2^63: INT64_MAX
+                -9223372036854775808.0,                            // -2^63: INT64_MIN exactly
+                9223372036854774784.0,                             // the largest double below 2^63
                 1.0 + std::ldexp(1.0, -23) + std::ldexp(1.0, -40), // rounds up to float16/bfloat16
-                1.0 + std::ldexp(1.0, -8),                          // a bfloat16 tie
+                1.0 + std::ldexp(1.0, -8),                         // a bfloat16 tie
                 std::ldexp(1.0, 60) + std::ldexp(1.0, 52) + 1.0};
     }
 
@@ -209,8 +209,8 @@ namespace cuda_elementwise_test
         else if constexpr (std::is_same_v<T, double>)
         {
             std::vector<T> v;
-            for (const std::uint64_t bits : {0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7ff8123456789abcull,
-                                             0xfffc000000000001ull})
+            for (const std::uint64_t bits :
+                 {0x7ff8000000000000ull, 0xfff8000000000000ull, 0x7ff8123456789abcull, 0xfffc000000000001ull})
             {
                 double d;
                 std::memcpy(&d, &bits, sizeof d);
@@ -249,8 +249,14 @@ namespace cuda_elementwise_test
             {
                 constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
                 constexpr std::int64_t bottom = std::numeric_limits<std::int64_t>::min();
-                const std::int64_t extremes[] = {top,        top - 1,         bottom,  bottom + 1,
-                                                 0,          -1,              65520,   (std::int64_t{1} << 53) + 1,
+                const std::int64_t extremes[] = {top,
+                                                 top - 1,
+                                                 bottom,
+                                                 bottom + 1,
+                                                 0,
+                                                 -1,
+                                                 65520,
+                                                 (std::int64_t{1} << 53) + 1,
                                                  (std::int64_t{1} << 60) + (std::int64_t{1} << 52) + 1,
                                                  -(std::int64_t{1} << 24) - 1};
                 if (r < std::size(extremes))
@@ -309,13 +315,14 @@ namespace cuda_elementwise_test
             {
                 std::ostringstream os;
                 os.precision(17);
-                os << "element " << i << " (offset " << o << "): device " << ckt::as_double(got.storage[o])
-                   << ", cpu " << ckt::as_double(want.storage[o]);
+                os << "element " << i << " (offset " << o << "): device " << ckt::as_double(got.storage[o]) << ", cpu "
+                   << ckt::as_double(want.storage[o]);
                 return os.str();
             }
         }
         for (std::size_t o = 0; o < inside.size(); ++o)
-            if (!inside[o] && (!same_bits(got.storage[o], garbage<T>()) || !same_bits(want.storage[o], garbage_cpu<T>())))
+            if (!inside[o] &&
+                (!same_bits(got.storage[o], garbage<T>()) || !same_bits(want.storage[o], garbage_cpu<T>())))
                 return "storage outside the view was written at offset " + std::to_string(o);
         return "";
     }
@@ -352,11 +359,36 @@ namespace cuda_elementwise_test
         const unsigned char* p = b.data() + i * itemsize(dt);
         switch (dt)
         {
-        case dtype::float32: { float v; std::memcpy(&v, p, 4); return v; }
-        case dtype::float64: { double v; std::memcpy(&v, p, 8); return v; }
-        case dtype::float16: { xgrad::float16_t v; std::memcpy(&v, p, 2); return xgrad::to_float(v); }
-        case dtype::bfloat16: { xgrad::bfloat16_t v; std::memcpy(&v, p, 2); return xgrad::to_float(v); }
-        case dtype::int64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+        case dtype::float32:
+        {
+            float v;
+            std::memcpy(&v, p, 4);
+            return v;
+        }
+        case dtype::float64:
+        {
+            double v;
+            std::memcpy(&v, p, 8);
+            return v;
+        }
+        case dtype::float16:
+        {
+            xgrad::float16_t v;
+            std::memcpy(&v, p, 2);
+            return xgrad::to_float(v);
+        }
+        case dtype::bfloat16:
+        {
+            xgrad::bfloat16_t v;
+            std::memcpy(&v, p, 2);
+            return xgrad::to_float(v);
+        }
+        case dtype::int64:
+        {
+            std::int64_t v;
+            std::memcpy(&v, p, 8);
+            return static_cast<double>(v);
+        }
         }
         return 0;
     }
@@ -365,7 +397,7 @@ namespace cuda_elementwise_test
     inline void check_identical(const tensor& ref, const tensor& dev_t, bool any_nan, const std::string& what)
     {
         REQUIRE_MESSAGE(ref.shape() == dev_t.shape(), what << ": shapes " << shape_to_string(ref.shape()) << " and "
-                                                          << shape_to_string(dev_t.shape()));
+                                                           << shape_to_string(dev_t.shape()));
         REQUIRE_MESSAGE(ref.dtype() == dev_t.dtype(), what << ": dtypes differ");
         CHECK_MESSAGE(dev_t.device() == gpu, what << ": the result is not on the device");
         const dtype dt = ref.dtype();
@@ -380,8 +412,8 @@ namespace cuda_elementwise_test
             if (!ok && bad++ == 0)
                 first = static_cast<std::int64_t>(i);
         }
-        CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << r.size() / size << " elements differ; first at flat index "
-                                     << first << ": cpu "
+        CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << r.size() / size
+                                     << " elements differ; first at flat index " << first << ": cpu "
                                      << (first >= 0 ? element_of(r, dt, static_cast<std::size_t>(first)) : 0.0)
                                      << ", device "
                                      << (first >= 0 ? element_of(d, dt, static_cast<std::size_t>(first)) : 0.0));
@@ -412,16 +444,16 @@ namespace cuda_elementwise_test
     /// CHECKs a sum-like result against the CPU's: |d - c| <= rel * scale per element, where
     /// scale holds sum|x| of each output (CPU tensor of the same shape).
     inline void check_sum_close(const tensor& ref, const tensor& dev_t, const tensor& scale, double rel,
-                         const std::string& what)
+                                const std::string& what)
     {
         REQUIRE_MESSAGE(ref.shape() == dev_t.shape(), what << ": shapes " << shape_to_string(ref.shape()) << " and "
-                                                          << shape_to_string(dev_t.shape()));
+                                                           << shape_to_string(dev_t.shape()));
         CHECK_MESSAGE(dev_t.device() == gpu, what << ": the result is not on the device");
         const std::vector<double> r = to_vector(ref), d = to_vector(dev_t.to(cpu_device)), s = to_vector(scale);
         std::int64_t bad = 0, first = -1;
         for (std::size_t i = 0; i < r.size(); ++i)
         {
-            const bool ok = std::isnan(r[i]) ? std::isnan(d[i])
+            const bool ok = std::isnan(r[i])   ? std::isnan(d[i])
                             : std::isinf(r[i]) ? d[i] == r[i]
                                                : std::abs(d[i] - r[i]) <= rel * s[i] + 1e-300;
             if (!ok && bad++ == 0)

@@ -36,8 +36,7 @@ namespace cuda_test
     }
 
     /// Seeded values uniform in [lo, hi), rounded to dt, on the CPU.
-    inline tensor random_cpu(const shape_type& shape, dtype dt, std::uint64_t seed, double lo = -2.0,
-                             double hi = 2.0)
+    inline tensor random_cpu(const shape_type& shape, dtype dt, std::uint64_t seed, double lo = -2.0, double hi = 2.0)
     {
         generator gen(seed);
         return rand(shape, gen, dt, cpu_device, lo, hi);
@@ -66,14 +65,14 @@ namespace cuda_test
     /// mismatch and how many there are.
     inline void check_close(const tensor& ref, const tensor& dev, double tol, const std::string& what)
     {
-        REQUIRE_MESSAGE(ref.shape() == dev.shape(), what << ": shapes " << shape_to_string(ref.shape()) << " and "
-                                                        << shape_to_string(dev.shape()));
+        REQUIRE_MESSAGE(ref.shape() == dev.shape(),
+                        what << ": shapes " << shape_to_string(ref.shape()) << " and " << shape_to_string(dev.shape()));
         CHECK_MESSAGE(ref.dtype() == dev.dtype(), what << ": dtypes differ");
         const std::vector<double> r = to_vector(ref), d = to_vector(dev.to(cpu_device));
         std::int64_t bad = 0, first = -1;
         for (std::size_t i = 0; i < r.size(); ++i)
         {
-            const bool ok = std::isnan(r[i]) ? std::isnan(d[i])
+            const bool ok = std::isnan(r[i])   ? std::isnan(d[i])
                             : std::isinf(r[i]) ? d[i] == r[i]
                                                : std::abs(d[i] - r[i]) <= tol * (1.0 + std::abs(r[i]));
             if (!ok && bad++ == 0)

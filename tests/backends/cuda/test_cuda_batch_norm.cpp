@@ -124,7 +124,7 @@ namespace
         bn_shape s;
         i64 n, R;
         double u, eps = 1e-3;
-        tensor x, dy, A, y, scale, offset, mean, var, a, b; // CPU
+        tensor x, dy, A, y, scale, offset, mean, var, a, b;             // CPU
         tensor dx_, ddy, dA, dy_, dscale, doffset, dmean, dvar, da, db; // device (d prefix)
         std::vector<double> hx, hdy, hA, hy, hscale, hoffset, hmean, hvar, ha, hb;
 
@@ -193,12 +193,15 @@ namespace
         ref::bn_moments(rm.data_ptr(), rv.data_ptr(), p.x.data_ptr(), p.dt, p.s.outer, p.s.C, p.s.inner);
         const auto ax = p.per_channel([&](i64 k, i64) { return std::abs(p.hx[k]); });
         const double R = static_cast<double>(p.R), u = p.u;
-        check_within(rm, dmean, [&](i64 c, double w) { return (2 * D + 6) * u * ax[c] / R + u * std::abs(w); },
-                     what + " mean");
-        check_within(rv, dvar, [&](i64 c, double w) {
-            const double delta = (D + 3) * u * ax[c] / R;
-            return (3 * D + 8) * u * (std::abs(w) + delta * delta) + u * std::abs(w);
-        }, what + " var");
+        check_within(
+            rm, dmean, [&](i64 c, double w) { return (2 * D + 6) * u * ax[c] / R + u * std::abs(w); }, what + " mean");
+        check_within(
+            rv, dvar,
+            [&](i64 c, double w) {
+                const double delta = (D + 3) * u * ax[c] / R;
+                return (3 * D + 8) * u * (std::abs(w) + delta * delta) + u * std::abs(w);
+            },
+            what + " var");
     }
 
     /// Magnitude of y = scale r (x - mean) + offset at k, for the given statistics.
@@ -251,8 +254,8 @@ namespace
             tensor y = nan_dev(p.n, p.dt), ry = nan_host(p.n, p.dt);
             K.bn_normalize(y.data_ptr(), p.dx_.data_ptr(), p.dscale.data_ptr(), p.doffset.data_ptr(),
                            p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, relu, p.dt, s.outer, C, s.inner);
-            ref::bn_normalize(ry.data_ptr(), p.x.data_ptr(), p.scale.data_ptr(), p.offset.data_ptr(),
-                              p.mean.data_ptr(), p.var.data_ptr(), p.eps, relu, p.dt, s.outer, C, s.inner);
+            ref::bn_normalize(ry.data_ptr(), p.x.data_ptr(), p.scale.data_ptr(), p.offset.data_ptr(), p.mean.data_ptr(),
+                              p.var.data_ptr(), p.eps, relu, p.dt, s.outer, C, s.inner);
             check_within(ry, y, elem_tol(p, 8, normalize_mag(p, p.hmean, p.hvar)), "bn_normalize");
 
             // bn_forward_training: its statistics, and y from them
@@ -275,8 +278,8 @@ namespace
                             s.outer, C, s.inner);
         {
             tensor s1 = nan_dev(C, p.sdt), s2 = nan_dev(C, p.sdt);
-            K.bn_grad_reduce(s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), p.dmean.data_ptr(),
-                             p.dt, s.outer, C, s.inner);
+            K.bn_grad_reduce(s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), p.dmean.data_ptr(), p.dt,
+                             s.outer, C, s.inner);
             check_within(rs1, s1, sum_tol(p, grad_mag(p, 0, false)), "bn_grad_reduce sum_dy");
             check_within(rs2, s2, sum_tol(p, grad_mag(p, 1, false)), "bn_grad_reduce sum_dy_xc");
 
@@ -307,16 +310,19 @@ namespace
                                     s.outer, C, s.inner);
                 check_within(ms1, s1, t1, "bn_grad_inference sum_dy");
                 check_within(ms2, s2, t2, "bn_grad_inference sum_dy_xc");
-                check_within(rdx, dx, elem_tol(p, 6, [&p, masked](i64 k) {
-                    const i64 c = p.ch(k);
-                    return std::abs(p.g_of(k, masked) * p.hscale[c] * p.r(c, p.hvar));
-                }), "bn_grad_inference dx");
+                check_within(rdx, dx,
+                             elem_tol(p, 6,
+                                      [&p, masked](i64 k) {
+                                          const i64 c = p.ch(k);
+                                          return std::abs(p.g_of(k, masked) * p.hscale[c] * p.r(c, p.hvar));
+                                      }),
+                             "bn_grad_inference dx");
             }
             {
                 tensor dx = nan_dev(p.n, p.dt), s1 = nan_dev(C, p.sdt), s2 = nan_dev(C, p.sdt);
                 K.bn_grad_training(dx.data_ptr(), s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), dyp,
-                                   p.dscale.data_ptr(), p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt, s.outer,
-                                   C, s.inner);
+                                   p.dscale.data_ptr(), p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt, s.outer, C,
+                                   s.inner);
                 check_within(ms1, s1, t1, "bn_grad_training sum_dy");
                 check_within(ms2, s2, t2, "bn_grad_training sum_dy_xc");
                 // dx against the reference's apply on the masked dy and the device's own sums
@@ -351,8 +357,9 @@ namespace
                 for (int j = 0; j < 5; ++j)
                     mag[j * C + c] += t[j];
             }
-            check_within(rsums, sums, [&](i64 i, double w) { return D * p.u * mag[i] + 2 * p.u * std::abs(w); },
-                         "bn_grad_grad_reduce");
+            check_within(
+                rsums, sums, [&](i64 i, double w) { return D * p.u * mag[i] + 2 * p.u * std::abs(w); },
+                "bn_grad_grad_reduce");
         }
         const std::vector<double> hs = host(rsums);
         const tensor dsums = rsums.to(gpu);
@@ -406,9 +413,8 @@ TEST_CASE("cuda batch norm kernels: fixed shapes, both layouts, every dtype, aga
 {
     // Channels-last (inner 1) and channels-first; R = 1; odd C; long runs; shapes whose lanes
     // need one tree level ([3000, 3, 1]: 94 lanes a channel) and two ([1, 3, 40000]: 1250).
-    const bn_shape shapes[] = {{1, 1, 1},  {1, 3, 1},   {5, 7, 1},    {2, 33, 1},     {64, 3, 1},
-                               {2, 3, 17}, {3, 7, 5},   {1, 1, 300},  {4, 33, 2},     {2, 2, 1000},
-                               {3000, 3, 1}, {1, 3, 40000}};
+    const bn_shape shapes[] = {{1, 1, 1}, {1, 3, 1},   {5, 7, 1},  {2, 33, 1},   {64, 3, 1},   {2, 3, 17},
+                               {3, 7, 5}, {1, 1, 300}, {4, 33, 2}, {2, 2, 1000}, {3000, 3, 1}, {1, 3, 40000}};
     std::uint64_t seed = 100;
     for (const dtype dt : float_dtypes)
         for (const bn_shape& s : shapes)

@@ -62,16 +62,14 @@ TEST_CASE("cuda batch norm ops: forward, gradient and ReLU fusion match the CPU"
                     check_close(c.reserve_space_1, d.reserve_space_1, "reserve_space_1");
                     check_close(c.reserve_space_2, d.reserve_space_2, "reserve_space_2");
                     // the gradient at these statistics
-                    const auto cg = relu ? fused_batch_norm_relu_grad(dy, x, c.y, scale, c.reserve_space_1,
-                                                                      c.reserve_space_2, at)
-                                         : fused_batch_norm_grad(dy, x, scale, c.reserve_space_1,
-                                                                 c.reserve_space_2, tensor(), at);
-                    const auto dg = relu ? fused_batch_norm_relu_grad(dev(dy), dev(x), dev(c.y), dev(scale),
-                                                                      dev(c.reserve_space_1),
-                                                                      dev(c.reserve_space_2), at)
-                                         : fused_batch_norm_grad(dev(dy), dev(x), dev(scale),
-                                                                 dev(c.reserve_space_1), dev(c.reserve_space_2),
-                                                                 tensor(), at);
+                    const auto cg =
+                        relu ? fused_batch_norm_relu_grad(dy, x, c.y, scale, c.reserve_space_1, c.reserve_space_2, at)
+                             : fused_batch_norm_grad(dy, x, scale, c.reserve_space_1, c.reserve_space_2, tensor(), at);
+                    const auto dg = relu
+                                        ? fused_batch_norm_relu_grad(dev(dy), dev(x), dev(c.y), dev(scale),
+                                                                     dev(c.reserve_space_1), dev(c.reserve_space_2), at)
+                                        : fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(c.reserve_space_1),
+                                                                dev(c.reserve_space_2), tensor(), at);
                     check_close(cg.x_backprop, dg.x_backprop, "x_backprop");
                     check_close(cg.scale_backprop, dg.scale_backprop, "scale_backprop");
                     check_close(cg.offset_backprop, dg.offset_backprop, "offset_backprop");
@@ -80,8 +78,8 @@ TEST_CASE("cuda batch norm ops: forward, gradient and ReLU fusion match the CPU"
                 {
                     const auto cg = fused_batch_norm_grad(dy, x, scale, mean, var, tensor(), at,
                                                           batch_norm_grad_version::v2);
-                    const auto dg = fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(mean), dev(var),
-                                                          tensor(), at, batch_norm_grad_version::v2);
+                    const auto dg = fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(mean), dev(var), tensor(),
+                                                          at, batch_norm_grad_version::v2);
                     check_close(cg.x_backprop, dg.x_backprop, "V2 x_backprop");
                     check_close(cg.scale_backprop, dg.scale_backprop, "V2 scale_backprop");
                     check_close(cg.offset_backprop, dg.offset_backprop, "V2 offset_backprop");
@@ -101,7 +99,8 @@ TEST_CASE("cuda batch norm ops: second order, directly and through autograd, mat
                 const dtype sdt = stats_of(dt);
                 const tensor x = random_cpu(shape_for(fmt), dt, 11, -1, 3), dy = random_cpu(shape_for(fmt), dt, 12);
                 const tensor A = random_cpu(shape_for(fmt), dt, 13);
-                const tensor scale = random_cpu({7}, sdt, 14), a = random_cpu({7}, sdt, 15), b = random_cpu({7}, sdt, 16);
+                const tensor scale = random_cpu({7}, sdt, 14), a = random_cpu({7}, sdt, 15),
+                             b = random_cpu({7}, sdt, 16);
                 const tensor mean = random_cpu({7}, sdt, 17), var = random_cpu({7}, sdt, 18, 0.1, 2);
                 batch_norm_attrs at;
                 at.data_format = fmt;

@@ -5,8 +5,8 @@
 #include "tests/backends/cuda/cuda_test_helpers.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -159,7 +159,8 @@ TEST_CASE("cuda ops: max_pool2d and avg_pool2d forward and backward match the CP
             for (std::size_t i = 0; i < params.size(); ++i)
             {
                 const pool2d_params p = params[i];
-                const std::string what = std::string(fmt) + " " + std::string(name(dt)) + " params " + std::to_string(i);
+                const std::string what = std::string(fmt) + " " + std::string(name(dt)) + " params " +
+                                         std::to_string(i);
                 const tensor x = random_cpu(shape, dtype::float64, ++seed, -3.0, 3.0);
                 const tensor xt = (dt == dtype::float64 ? x : x.to(dt));
                 check_op([&](const std::vector<tensor>& in) { return max_pool2d(in[0], p, fmt); }, {xt}, {true},
@@ -208,11 +209,8 @@ TEST_CASE("cuda ops: one_hot and cross-entropy with labels match the CPU")
                 const tensor logits = random_cpu({7, 5}, dt, 11, -4.0, 4.0);
                 const std::string what = "cross_entropy " + std::string(name(dt)) + " smoothing " +
                                          std::to_string(smoothing) + " reduction " + std::to_string(int(red));
-                check_op(
-                    [&](const std::vector<tensor>& in) {
-                        return cross_entropy(in[0], in[1], red, smoothing);
-                    },
-                    {logits, l}, {true, false}, what);
+                check_op([&](const std::vector<tensor>& in) { return cross_entropy(in[0], in[1], red, smoothing); },
+                         {logits, l}, {true, false}, what);
             }
 }
 
@@ -229,8 +227,11 @@ TEST_CASE("cuda ops: take and put_add match the CPU, forward, backward and error
         check_op([&](const std::vector<tensor>& in) { return take(in[0].transpose(0, 1), in[1]); }, {x, idx},
                  {true, false}, "take of a transposed view " + std::string(name(dt)));
         const tensor g = random_cpu({2, 5}, dt, 22);
-        check_op([&](const std::vector<tensor>& in) { return put_add(in[0], in[1], {3, 8}); }, {g, idx},
-                 {true, false}, "put_add " + std::string(name(dt)));
+        check_op(
+            [&](const std::vector<tensor>& in) {
+                return put_add(in[0], in[1], {3, 8});
+            },
+            {g, idx}, {true, false}, "put_add " + std::string(name(dt)));
     }
     // The error names the same position and value on both devices.
     const tensor x = random_cpu({10}, dtype::float32, 1);

@@ -64,8 +64,8 @@ namespace
             }
             cpu::reference::copy(want.data(), want.strides.data(), xgrad::dtype_of<O>(), x.data(), x.strides.data(),
                                  xgrad::dtype_of<X>(), want.ndim(), shape.data());
-            const std::string err =
-                compare_storage(got, want, [](O g, O w, std::size_t) { return copy_matches<O, X>(g, w); });
+            const std::string err = compare_storage(got, want,
+                                                    [](O g, O w, std::size_t) { return copy_matches<O, X>(g, w); });
             INFO("copy ", xgrad::name(xgrad::dtype_of<X>()), " -> ", xgrad::name(xgrad::dtype_of<O>()), " out ",
                  got.describe(), " x ", x.describe());
             CHECK_MESSAGE(err.empty(), err);
@@ -171,7 +171,6 @@ namespace
 
     bool exact_unary(unary_op op) { return tests::case_of(op).tol == tests::tolerance::exact; }
 
-
     template <class T>
     std::vector<T> math_specials()
     {
@@ -235,8 +234,7 @@ namespace
             const std::string err = compare_storage(got, want, [&](T g, T w, std::size_t) {
                 return ulps == 0 ? same_or_nan(g, w) : ckt::within_ulps(g, w, ulps);
             });
-            INFO("unary op ", static_cast<int>(op), " ", xgrad::name(dt), " out ", got.describe(), " x ",
-                 x.describe());
+            INFO("unary op ", static_cast<int>(op), " ", xgrad::name(dt), " out ", got.describe(), " x ", x.describe());
             CHECK_MESSAGE(err.empty(), err);
         }
     }
@@ -277,8 +275,8 @@ namespace
             const std::string err = compare_storage(got, want, [&](T g, T w, std::size_t) {
                 return ulps == 0 ? same_or_nan(g, w) : ckt::within_ulps(g, w, ulps);
             });
-            INFO("binary op ", static_cast<int>(op), " ", xgrad::name(dt), " out ", got.describe(), " a ",
-                 a.describe(), " b ", b.describe());
+            INFO("binary op ", static_cast<int>(op), " ", xgrad::name(dt), " out ", got.describe(), " a ", a.describe(),
+                 " b ", b.describe());
             CHECK_MESSAGE(err.empty(), err);
         }
     }
@@ -292,8 +290,8 @@ namespace
             auto c = ckt::make_view<T>(shape, rep == 0 ? layout::contiguous : random_in_layout(gen), gen, T(0));
             auto a = ckt::make_view<T>(shape, rep == 0 ? layout::contiguous : random_in_layout(gen), gen, T(0));
             auto b = ckt::make_view<T>(shape, rep == 0 ? layout::broadcast : random_in_layout(gen), gen, T(0));
-            const T conds[] = {T(0), -T(0), T(1), T(-2), std::numeric_limits<T>::quiet_NaN(),
-                               std::numeric_limits<T>::denorm_min()};
+            const T conds[] = {
+                T(0), -T(0), T(1), T(-2), std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::denorm_min()};
             for (auto& v : c.storage)
                 v = conds[gen() % std::size(conds)];
             math_inputs(a.storage, gen, -5, 5);
@@ -311,14 +309,13 @@ namespace
                                   a.strides.data(), b.data(), b.strides.data(), dt, want.ndim(), shape.data());
             // A selection copies its element: NaNs keep their bits too.
             const std::string err = compare_storage(got, want, [](T g, T w, std::size_t) { return same_bits(g, w); });
-            INFO("where ", xgrad::name(dt), " out ", got.describe(), " cond ", c.describe(), " a ", a.describe(),
-                 " b ", b.describe());
+            INFO("where ", xgrad::name(dt), " out ", got.describe(), " cond ", c.describe(), " a ", a.describe(), " b ",
+                 b.describe());
             CHECK_MESSAGE(err.empty(), err);
         }
     }
 
 }
-
 
 // =============================================================================================
 // Kernel level, through the dispatch table
@@ -359,8 +356,8 @@ TEST_CASE("cuda kernels: copy of special values gives the CPU's bits (NaN, inf, 
     CHECK((one(65520.0, dtype::float16) & 0xffff) == 0x7c00);  // float16 overflow: +inf
     CHECK((one(65519.99, dtype::float16) & 0xffff) == 0x7bff); // the largest finite, 65504
     CHECK((one(-0.0, dtype::float16) & 0xffff) == 0x8000);
-    CHECK((one(0x1p-24, dtype::float16) & 0xffff) == 0x0001);  // the smallest subnormal
-    CHECK((one(0x1p-25, dtype::float16) & 0xffff) == 0x0000);  // a tie rounds to even
+    CHECK((one(0x1p-24, dtype::float16) & 0xffff) == 0x0001);       // the smallest subnormal
+    CHECK((one(0x1p-25, dtype::float16) & 0xffff) == 0x0000);       // a tie rounds to even
     CHECK((one(1.0 + 0x1p-8, dtype::bfloat16) & 0xffff) == 0x3f80); // tie to even
 }
 
@@ -440,10 +437,9 @@ TEST_CASE("cuda kernels: elementwise special values give the CPU reference's bit
             const auto got = dout.download();
             for (std::size_t i = 0; i < s.size(); ++i)
             {
-                INFO(xgrad::name(dt), " unary op ", static_cast<int>(op), " of ", s[i], ": device ", got[i],
-                     ", cpu ", want[i]);
-                CHECK((exact_unary(op) ? same_or_nan(got[i], want[i])
-                                       : ckt::within_ulps(got[i], want[i], libm_ulps)));
+                INFO(xgrad::name(dt), " unary op ", static_cast<int>(op), " of ", s[i], ": device ", got[i], ", cpu ",
+                     want[i]);
+                CHECK((exact_unary(op) ? same_or_nan(got[i], want[i]) : ckt::within_ulps(got[i], want[i], libm_ulps)));
             }
         }
     };
@@ -465,8 +461,8 @@ TEST_CASE("cuda kernels: in-place calls (the output is the input view) and 0-d o
         // x = tanh(x), then x = x * y, on both sides
         dev().unary(dx.get(), x.strides.data(), dx.get(), x.strides.data(), dtype::float64, x.ndim(), shape.data(),
                     unary_op::tanh);
-        dev().binary(dx.get(), x.strides.data(), dx.get(), x.strides.data(), dy.get(), y.strides.data(),
-                     dtype::float64, x.ndim(), shape.data(), binary_op::mul);
+        dev().binary(dx.get(), x.strides.data(), dx.get(), x.strides.data(), dy.get(), y.strides.data(), dtype::float64,
+                     x.ndim(), shape.data(), binary_op::mul);
         auto want = x;
         cpu::reference::unary(want.data(), want.strides.data(), want.data(), want.strides.data(), dtype::float64,
                               want.ndim(), shape.data(), unary_op::tanh);
@@ -513,4 +509,3 @@ TEST_CASE("cuda kernels: a layout of more than 8 dimensions after merging is ref
                shape.data());
     CHECK(out.download() == std::vector<float>(512, 1.0f));
 }
-

@@ -5,7 +5,6 @@
 
 using namespace cuda_elementwise_test;
 
-
 // =============================================================================================
 // Public ops on cuda:0 against the CPU
 
@@ -13,9 +12,8 @@ TEST_CASE("cuda ops: unary ops on random shapes and views")
 {
     std::mt19937_64 gen(201);
     const std::vector<std::pair<std::string, tensor (*)(const tensor&)>> ops = {
-        {"neg", neg},   {"exp", exp},         {"log", log},   {"sqrt", sqrt},
-        {"rsqrt", rsqrt}, {"abs", abs},       {"relu", relu}, {"sigmoid", sigmoid},
-        {"tanh", tanh}};
+        {"neg", neg}, {"exp", exp},   {"log", log},         {"sqrt", sqrt}, {"rsqrt", rsqrt},
+        {"abs", abs}, {"relu", relu}, {"sigmoid", sigmoid}, {"tanh", tanh}};
     std::uint64_t seed = 1;
     for (const auto& [op_name, f] : ops)
         for (const dtype dt : {dtype::float32, dtype::float64})
@@ -25,9 +23,8 @@ TEST_CASE("cuda ops: unary ops on random shapes and views")
                 const bool positive_domain = op_name == "log" || op_name == "sqrt" || op_name == "rsqrt";
                 const double lo = positive_domain ? -0.5 : op_name == "exp" ? -30 : -6;
                 const double hi = positive_domain ? 50 : op_name == "exp" ? 30 : 6;
-                const auto [xc, xd] = view_pair(shape, rep % 3, gen, [&](const shape_type& s) {
-                    return random_cpu(s, dt, seed++, lo, hi);
-                });
+                const auto [xc, xd] = view_pair(shape, rep % 3, gen,
+                                                [&](const shape_type& s) { return random_cpu(s, dt, seed++, lo, hi); });
                 const tensor yc = f(xc), yd = f(xd);
                 const std::string what = op_name + " of " + describe(xc);
                 const bool exact = op_name != "exp" && op_name != "log" && op_name != "sigmoid" && op_name != "tanh";
@@ -89,16 +86,14 @@ TEST_CASE("cuda ops: where with broadcasting")
             const auto [cc, cd] = view_pair(broadcast_partner(shape, gen), rep % 3, gen, [&](const shape_type& s) {
                 return gt(random_cpu(s, dt, seed++, -1, 1), zeros({}, dt)); // 0 or 1
             });
-            const auto [ac, ad] = view_pair(shape, (rep + 1) % 3, gen, [&](const shape_type& s) {
-                return random_cpu(s, dt, seed++);
-            });
+            const auto [ac, ad] = view_pair(shape, (rep + 1) % 3, gen,
+                                            [&](const shape_type& s) { return random_cpu(s, dt, seed++); });
             const auto [bc, bd] = view_pair(broadcast_partner(shape, gen), (rep + 2) % 3, gen,
                                             [&](const shape_type& s) { return random_cpu(s, dt, seed++); });
             check_identical(where(cc, ac, bc), where(cd, ad, bd), false,
                             "where of " + describe(cc) + ", " + describe(ac) + ", " + describe(bc));
         }
 }
-
 
 namespace
 {
@@ -227,8 +222,8 @@ TEST_CASE("cuda ops: gradients through elementwise ops and reductions match the 
             w.requires_grad_(true);
             b.requires_grad_(true);
             const tensor h = sigmoid(x * w + b) * tanh(x) - exp(-abs(x)) / (1.0 + relu(b));
-            const tensor loss = sum(h * h) + mean(max(h, {1}, true) * b) +
-                                sum(pow(abs(x) + 1.0, w)) + sum(where(gt(x, b), sqrt(w * w + 1.0), log(w)));
+            const tensor loss = sum(h * h) + mean(max(h, {1}, true) * b) + sum(pow(abs(x) + 1.0, w)) +
+                                sum(where(gt(x, b), sqrt(w * w + 1.0), log(w)));
             loss.backward();
             return std::vector<tensor>{loss.detach(), x.grad(), w.grad(), b.grad()};
         };

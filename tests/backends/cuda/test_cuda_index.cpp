@@ -12,8 +12,8 @@
 #include "tests/backends/cuda/cuda_test_helpers.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -171,12 +171,12 @@ TEST_CASE("cuda index kernels: unfold2d and fold2d give the CPU's bits")
                     const tensor xd = x.to(gpu);
                     tensor want = filled(cl.storage, nan_value, dt), ref = filled(cl.storage, nan_value, dt);
                     const tensor got = filled(cl.storage, nan_value, dt).to(gpu);
-                    cpu_kernels().unfold2d(want.data_ptr(), cl.strides.data(), x.data_ptr(), xl.strides.data(), dt,
-                                           d, pad);
-                    xgrad::cpu::reference::unfold2d(ref.data_ptr(), cl.strides.data(), x.data_ptr(),
-                                                    xl.strides.data(), dt, d, pad);
-                    dev_kernels().unfold2d(got.data_ptr(), cl.strides.data(), xd.data_ptr(), xl.strides.data(), dt,
-                                           d, pad);
+                    cpu_kernels().unfold2d(want.data_ptr(), cl.strides.data(), x.data_ptr(), xl.strides.data(), dt, d,
+                                           pad);
+                    xgrad::cpu::reference::unfold2d(ref.data_ptr(), cl.strides.data(), x.data_ptr(), xl.strides.data(),
+                                                    dt, d, pad);
+                    dev_kernels().unfold2d(got.data_ptr(), cl.strides.data(), xd.data_ptr(), xl.strides.data(), dt, d,
+                                           pad);
                     check_same_bits(want, ref, "unfold2d: cpu fast vs reference");
                     check_same_bits(want, got, "unfold2d");
 
@@ -270,8 +270,7 @@ TEST_CASE("cuda index kernels: max_pool2d_argmax picks the CPU's positions (ties
         ++cases;
         const std::vector<std::int64_t> out_shape = {d.n, d.c, d.oh, d.ow};
         const std::vector<layout> idx_layouts = {dense(out_shape, {0, 1, 2, 3}, "NCHW"),
-                                                 dense(out_shape, {0, 2, 3, 1}, "NHWC"),
-                                                 random_layout(out_shape, gen)};
+                                                 dense(out_shape, {0, 2, 3, 1}, "NHWC"), random_layout(out_shape, gen)};
         for (const dtype dt : float_dtypes)
             for (const double nan_rate : {0.0, 0.05})
                 for (const layout& xl : image_layouts(d, gen, false))

@@ -100,21 +100,21 @@ TEST_CASE("cuda kernels: reduce over the shapes that pick each lane split")
         layout in;
     };
     const reduction_case cases[] = {
-        {{300001}, 0, layout::contiguous},       // one output, 1024 lanes
-        {{1000, 1000}, 0, layout::permuted},     // a full sum of a transposed matrix
-        {{3, 200000}, 1, layout::contiguous},    // few long rows
-        {{200000, 3}, 1, layout::permuted},      // few long columns
-        {{600, 500}, 1, layout::contiguous},     // rows: a few lanes each
-        {{500, 600}, 1, layout::permuted},       // sum over axis 0 of a row-major matrix
-        {{70000, 5}, 1, layout::contiguous},     // many short rows: one thread per output
-        {{255}, 0, layout::contiguous},          // just under two lanes' worth
-        {{256}, 0, layout::padded},              // two lanes
-        {{7, 9, 1031}, 1, layout::padded},       // reduced dims not contiguous
-        {{40, 1, 4000}, 2, layout::broadcast},   // a broadcast (stride 0) reduced or kept dim
-        {{2, 3, 0}, 2, layout::contiguous},      // empty reductions: 0
-        {{0, 3, 5}, 1, layout::contiguous},      // no outputs
-        {{}, 0, layout::contiguous},             // 0-d: the element itself
-        {{5, 7}, 2, layout::permuted},           // nothing reduced: a copy
+        {{300001}, 0, layout::contiguous},     // one output, 1024 lanes
+        {{1000, 1000}, 0, layout::permuted},   // a full sum of a transposed matrix
+        {{3, 200000}, 1, layout::contiguous},  // few long rows
+        {{200000, 3}, 1, layout::permuted},    // few long columns
+        {{600, 500}, 1, layout::contiguous},   // rows: a few lanes each
+        {{500, 600}, 1, layout::permuted},     // sum over axis 0 of a row-major matrix
+        {{70000, 5}, 1, layout::contiguous},   // many short rows: one thread per output
+        {{255}, 0, layout::contiguous},        // just under two lanes' worth
+        {{256}, 0, layout::padded},            // two lanes
+        {{7, 9, 1031}, 1, layout::padded},     // reduced dims not contiguous
+        {{40, 1, 4000}, 2, layout::broadcast}, // a broadcast (stride 0) reduced or kept dim
+        {{2, 3, 0}, 2, layout::contiguous},    // empty reductions: 0
+        {{0, 3, 5}, 1, layout::contiguous},    // no outputs
+        {{}, 0, layout::contiguous},           // 0-d: the element itself
+        {{5, 7}, 2, layout::permuted},         // nothing reduced: a copy
     };
     for (const auto& c : cases)
         for (const reduce_op op : {reduce_op::sum, reduce_op::max})
@@ -165,9 +165,8 @@ TEST_CASE("cuda ops: sum, mean and max over axes, with keepdim, full reductions 
                 if (gen() % 2)
                     axes.push_back(gen() % 2 ? d : d - nd); // negative axes too
             const bool keepdim = gen() % 2;
-            const auto [xc, xd] = view_pair(shape, rep % 3, gen, [&](const shape_type& s) {
-                return random_cpu(s, dt, seed++, -3, 5);
-            });
+            const auto [xc, xd] = view_pair(shape, rep % 3, gen,
+                                            [&](const shape_type& s) { return random_cpu(s, dt, seed++, -3, 5); });
             std::ostringstream what;
             what << describe(xc) << " over " << axes.size() << " axes" << (axes.empty() ? " (all)" : "")
                  << (keepdim ? ", keepdim" : "");
@@ -242,11 +241,11 @@ namespace
         cpu::reference::argmax(ref.data(), ref.strides.data(), x.data(), x.strides.data(), dt, x.ndim(),
                                x.shape.data());
         INFO(xgrad::name(dt), " argmax of ", x.describe(), " into ", got.describe());
-        const std::string err =
-            compare_storage(got, want, [](std::int64_t g, std::int64_t w, std::size_t) { return g == w; });
+        const std::string err = compare_storage(got, want,
+                                                [](std::int64_t g, std::int64_t w, std::size_t) { return g == w; });
         CHECK_MESSAGE(err.empty(), err);
-        const std::string err_ref =
-            compare_storage(got, ref, [](std::int64_t g, std::int64_t w, std::size_t) { return g == w; });
+        const std::string err_ref = compare_storage(got, ref,
+                                                    [](std::int64_t g, std::int64_t w, std::size_t) { return g == w; });
         CHECK_MESSAGE(err_ref.empty(), err_ref);
     }
 }

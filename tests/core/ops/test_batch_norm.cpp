@@ -95,7 +95,8 @@ namespace
         for (std::int64_t d = 0; d < x.dim(); ++d)
             if (d != c.channel_dim)
                 axes.push_back(d);
-        return {reshape(mean(x, axes), {channels(c)}), reshape(mean(square(x - mean(x, axes, true)), axes), {channels(c)})};
+        return {reshape(mean(x, axes), {channels(c)}),
+                reshape(mean(square(x - mean(x, axes, true)), axes), {channels(c)})};
     }
 }
 
@@ -169,7 +170,8 @@ TEST_CASE("forward: normalisation, batch statistics with Bessel's correction, ru
         batch_norm_attrs at = attrs_for(c, true);
         at.exponential_avg_factor = f;
         const auto out = fused_batch_norm(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
-        const tensor y = (in.x - reshape(m, ch)) * rsqrt(reshape(v, ch) + static_cast<double>(0.001f)) * reshape(in.scale, ch) +
+        const tensor y = (in.x - reshape(m, ch)) * rsqrt(reshape(v, ch) + static_cast<double>(0.001f)) *
+                             reshape(in.scale, ch) +
                          reshape(in.offset, ch);
         check_close(out.y, y, 1e-12);
         check_close(out.reserve_space_1, m, 1e-12);
@@ -182,7 +184,8 @@ TEST_CASE("forward: normalisation, batch statistics with Bessel's correction, ru
     // Inference: population statistics; the statistics outputs are copies of them.
     const auto inf = fused_batch_norm(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, attrs_for(c, false));
     check_close(inf.y,
-                (in.x - reshape(in.pop_mean, ch)) * rsqrt(reshape(in.pop_var, ch) + static_cast<double>(0.001f)) * reshape(in.scale, ch) +
+                (in.x - reshape(in.pop_mean, ch)) * rsqrt(reshape(in.pop_var, ch) + static_cast<double>(0.001f)) *
+                        reshape(in.scale, ch) +
                     reshape(in.offset, ch),
                 1e-12);
     CHECK(to_vector(inf.batch_mean) == to_vector(in.pop_mean));
@@ -244,7 +247,8 @@ TEST_CASE("16-bit I/O: float32 arithmetic, one rounding of the result")
         CHECK(fused.scale_backprop.dtype() == dtype::float32);
         // The float32 result of the same inputs, rounded once to dt, differs from the fused
         // 16-bit result by at most one unit in the last place of dt (2^-10 or 2^-7 relative).
-        const auto ref = fused_batch_norm_grad(in.dy.to(dtype::float32), in.x.to(dtype::float32), in.scale, m, v, {}, at);
+        const auto ref = fused_batch_norm_grad(in.dy.to(dtype::float32), in.x.to(dtype::float32), in.scale, m, v, {},
+                                               at);
         const double ulp = dt == dtype::float16 ? 0x1p-10 : 0x1p-7;
         const auto got = to_vector(fused.x_backprop), want = to_vector(ref.x_backprop.to(dt));
         for (std::size_t i = 0; i < got.size(); ++i)
@@ -423,8 +427,8 @@ TEST_CASE("second and third derivatives through matmul, reshape to NCHW, BatchNo
         auto hvp = [&](const args& a) {
             const tensor loss = net(a)[0];
             const auto g = grad({loss}, {a[0], a[1], a[2]}, {}, true, true);
-            return args{grad({sum(g[0] * g[0]) + sum(g[1] * g[1]) + sum(g[2] * g[2])}, {a[0], a[1], a[2]}, {},
-                             true, true)};
+            return args{
+                grad({sum(g[0] * g[0]) + sum(g[1] * g[1]) + sum(g[2] * g[2])}, {a[0], a[1], a[2]}, {}, true, true)};
         };
         const auto r3 = gradcheck(hvp, xs);
         CHECK_MESSAGE(r3.ok, r3.message);
@@ -447,8 +451,8 @@ TEST_CASE("the contract's large shapes: [27, 131, 127, 6] and the empty [0, 131,
     const auto f = fused_batch_norm(x, scale, offset, zeros({0}), zeros({0}), at);
     const auto g = fused_batch_norm_grad(dy, x, scale, f.reserve_space_1, f.reserve_space_2, {}, at);
     const auto c = batch_norm_grad_composite(dy.to(dtype::float64), x.to(dtype::float64), scale.to(dtype::float64),
-                                             f.reserve_space_1.to(dtype::float64),
-                                             f.reserve_space_2.to(dtype::float64), at);
+                                             f.reserve_space_1.to(dtype::float64), f.reserve_space_2.to(dtype::float64),
+                                             at);
     auto norm_rel = [](const tensor& got, const tensor& want) {
         const auto gv = to_vector(got), wv = to_vector(want);
         double diff = 0, mag = 0;
@@ -516,7 +520,8 @@ TEST_CASE("fused batch norm + ReLU: relu of the forward, and the composite gradi
                 const double stol = dt == dtype::float64 ? 1e-12 : 1e-5; // per-channel: float64 or float32
                 for (const auto& [got, want] : {std::pair{fr.reserve_space_1, f.reserve_space_1},
                                                 {fr.reserve_space_2, f.reserve_space_2},
-                                                {fr.batch_mean, f.batch_mean}, {fr.batch_variance, f.batch_variance}})
+                                                {fr.batch_mean, f.batch_mean},
+                                                {fr.batch_variance, f.batch_variance}})
                     check_close(got, want, stol);
                 const tensor rs1 = training ? fr.reserve_space_1 : in.pop_mean;
                 const tensor rs2 = training ? fr.reserve_space_2 : in.pop_var;
@@ -557,7 +562,8 @@ TEST_CASE("fused batch norm + ReLU: autograd chain; second order equals autograd
             const args o = leaves({in.dy, in.x, in.scale});
             const auto [srs1, srs2] = training ? differentiable_stats(o[1], c) : std::pair{in.pop_mean, in.pop_var};
             const auto first = batch_norm_grad_composite(relu_masked(o[0], fr.y.detach()), o[1], o[2], srs1, srs2, at);
-            const auto want = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, o, {in.A, in.a, in.b});
+            const auto want = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, o,
+                                   {in.A, in.a, in.b});
             for (std::size_t k = 0; k < 3; ++k)
                 check_close(g2[k], want[k], 1e-10);
         }
@@ -571,9 +577,9 @@ TEST_CASE("fused batch norm + ReLU: errors name the op and the argument; NaN sta
                 "fused_batch_norm_relu: scale must have the same number of elements as the channels of x, got 4 and 5");
     const auto fr = fused_batch_norm_relu(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
     const tensor m = fr.reserve_space_1, v = fr.reserve_space_2;
-    CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, fr.y.to(dtype::float64), in.scale, m, v, at),
-                xgrad::invalid_argument, "fused_batch_norm_relu_grad: y must have x's shape [2, 3, 2, 5] and dtype float32",
-                "got [2, 3, 2, 5] float64");
+    CHECK_ERROR(
+        fused_batch_norm_relu_grad(in.dy, in.x, fr.y.to(dtype::float64), in.scale, m, v, at), xgrad::invalid_argument,
+        "fused_batch_norm_relu_grad: y must have x's shape [2, 3, 2, 5] and dtype float32", "got [2, 3, 2, 5] float64");
     CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, fr.y.slice(0, 0, 1), in.scale, m, v, at),
                 xgrad::invalid_argument, "fused_batch_norm_relu_grad: y must have x's shape", "got [1, 3, 2, 5]");
     CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, tensor(), in.scale, m, v, at), xgrad::invalid_argument,
@@ -584,6 +590,7 @@ TEST_CASE("fused batch norm + ReLU: errors name the op and the argument; NaN sta
     xv[0] = std::nan("");
     const tensor xn = from_host(xv.data(), in.x.shape(), dtype::float64).to(dtype::float32);
     for (bool training : {true, false}) // max(NaN, 0) is NaN
-        CHECK(std::isnan(to_vector(fused_batch_norm_relu(xn, in.scale, in.offset, in.pop_mean, in.pop_var,
-                                                         attrs_for(formats[0], training)).y)[0]));
+        CHECK(std::isnan(to_vector(
+            fused_batch_norm_relu(xn, in.scale, in.offset, in.pop_mean, in.pop_var, attrs_for(formats[0], training))
+                .y)[0]));
 }

@@ -69,17 +69,17 @@ TEST_CASE("batch_norm_attrs: the contract's defaults, which the default argument
     const bn_inputs in = make_inputs({2, 3, 4, 5}, 5, 11); // NHWC, C = 5
     const tensor none = zeros({0});
     const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, none, none);
-    const batch_norm_forward_result ref =
-        fused_batch_norm(in.x, in.scale, in.offset, none, none, make_attrs("NHWC", true, 0.0001f, 1.0f));
+    const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, none, none,
+                                                           make_attrs("NHWC", true, 0.0001f, 1.0f));
     check_same_bits(bn.y, ref.y, "y");
     check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
 
     // The default version is V3: it takes reserve_space_3 (here undefined) and every format.
     const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
                                                            bn.reserve_space_2, tensor());
-    const batch_norm_grad_result g3 =
-        fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2, tensor(),
-                              make_attrs("NHWC", true), batch_norm_grad_version::v3);
+    const batch_norm_grad_result g3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
+                                                            bn.reserve_space_2, tensor(), make_attrs("NHWC", true),
+                                                            batch_norm_grad_version::v3);
     check_same_bits(g.x_backprop, g3.x_backprop, "x_backprop");
     check_same_bits(g.scale_backprop, g3.scale_backprop, "scale_backprop");
     check_same_bits(g.offset_backprop, g3.offset_backprop, "offset_backprop");
@@ -96,8 +96,8 @@ TEST_CASE("result structs: shapes and dtypes of every output, placeholders [0]")
         in.dy = in.dy.to(dt);
         for (tensor* t : {&in.scale, &in.offset, &in.mean, &in.variance})
             *t = t->to(sdt);
-        const batch_norm_forward_result bn =
-            fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance, make_attrs("NCHW", true, 1e-3f, 0.5f));
+        const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance,
+                                                              make_attrs("NCHW", true, 1e-3f, 0.5f));
         CHECK(bn.y.shape() == in.x.shape());
         CHECK(bn.y.dtype() == dt);
         for (const tensor* t : {&bn.batch_mean, &bn.batch_variance, &bn.reserve_space_1, &bn.reserve_space_2})
@@ -110,9 +110,8 @@ TEST_CASE("result structs: shapes and dtypes of every output, placeholders [0]")
         for (const batch_norm_grad_version v : {batch_norm_grad_version::v2, batch_norm_grad_version::v3})
         {
             const tensor rs3 = v == batch_norm_grad_version::v2 ? tensor() : bn.reserve_space_3;
-            const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                                   bn.reserve_space_2, rs3,
-                                                                   make_attrs("NCHW", true, 1e-3f), v);
+            const batch_norm_grad_result g = fused_batch_norm_grad(
+                in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2, rs3, make_attrs("NCHW", true, 1e-3f), v);
             CHECK(g.x_backprop.shape() == in.x.shape());
             CHECK(g.x_backprop.dtype() == dt);
             CHECK(g.scale_backprop.shape() == shape_type{4});

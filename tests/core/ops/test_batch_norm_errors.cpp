@@ -27,8 +27,7 @@ namespace
     }
 
     batch_norm_grad_result grad(const tensor& dy, const tensor& x, const tensor& s, const tensor& m, const tensor& v,
-                                const batch_norm_attrs& a,
-                                batch_norm_grad_version ver = batch_norm_grad_version::v3)
+                                const batch_norm_attrs& a, batch_norm_grad_version ver = batch_norm_grad_version::v3)
     {
         return fused_batch_norm_grad(dy, x, s, m, v, {}, a, ver);
     }
@@ -61,8 +60,7 @@ TEST_CASE("grad rule 2: the rank the data format implies, and known formats")
 TEST_CASE("grad rule 3: per-channel tensors are 1-D")
 {
     const tensor x = zeros({1, 2, 2, 3});
-    CHECK_BN_ERROR(grad(x, x, zeros({1, 3}), zeros({3}), zeros({3}), attrs()), "scale must be 1-dimensional",
-                   "[1, 3]");
+    CHECK_BN_ERROR(grad(x, x, zeros({1, 3}), zeros({3}), zeros({3}), attrs()), "scale must be 1-dimensional", "[1, 3]");
     CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3, 1}), zeros({3}), attrs()), "saved mean", "1-dimensional");
     CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({}), attrs()), "saved variance", "1-dimensional", "[]");
 }
@@ -104,12 +102,12 @@ TEST_CASE("grad rule 8: epsilon")
 {
     const tensor x = zeros({1, 2, 2, 3});
     CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({3}), attrs("NHWC", true, -1e-3f)), "epsilon");
-    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({3}),
-                        attrs("NHWC", true, std::numeric_limits<float>::quiet_NaN())),
-                   "epsilon");
-    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({3}),
-                        attrs("NHWC", true, std::numeric_limits<float>::infinity())),
-                   "epsilon");
+    CHECK_BN_ERROR(
+        grad(x, x, zeros({3}), zeros({3}), zeros({3}), attrs("NHWC", true, std::numeric_limits<float>::quiet_NaN())),
+        "epsilon");
+    CHECK_BN_ERROR(
+        grad(x, x, zeros({3}), zeros({3}), zeros({3}), attrs("NHWC", true, std::numeric_limits<float>::infinity())),
+        "epsilon");
 }
 
 TEST_CASE("grad rule 9: devices")
@@ -136,8 +134,9 @@ TEST_CASE("forward rules")
     CHECK_BN_ERROR(fused_batch_norm(x, zeros({2}), c, c, c, attrs()), "scale", "got 2 and 3");
     CHECK_BN_ERROR(fused_batch_norm(x, c, zeros({4}), c, c, attrs()), "offset", "got 4 and 3");
     CHECK_BN_ERROR(fused_batch_norm(x, c, c, zeros({3, 1}), c, attrs()), "mean must be 1-dimensional");
-    CHECK_BN_ERROR(fused_batch_norm(x, c, c, zeros({2}), c, attrs("NHWC", false)),
-                   "When is_training=false, mean must have the same number of elements as the channels of x, got 2 and 3");
+    CHECK_BN_ERROR(
+        fused_batch_norm(x, c, c, zeros({2}), c, attrs("NHWC", false)),
+        "When is_training=false, mean must have the same number of elements as the channels of x, got 2 and 3");
     CHECK_BN_ERROR(fused_batch_norm(x, c, c, c, e, attrs("NHWC", false)), "variance", "got 0 and 3");
     batch_norm_attrs f = attrs();
     f.exponential_avg_factor = 0.5f;
@@ -156,9 +155,9 @@ TEST_CASE("forward rules")
 TEST_CASE("regression inputs from TensorFlow's security advisories")
 {
     // Zero channels, empty parameters, inference (CVE-2021-29555).
-    CHECK_BN_ERROR(fused_batch_norm(zeros({1, 1, 1, 0}), zeros({0}), zeros({0}), zeros({0}), zeros({0}),
-                                    attrs("NHWC", false)),
-                   "zero channels");
+    CHECK_BN_ERROR(
+        fused_batch_norm(zeros({1, 1, 1, 0}), zeros({0}), zeros({0}), zeros({0}), zeros({0}), attrs("NHWC", false)),
+        "zero channels");
     // 1-element parameters for 6 channels, inference, epsilon 0 (CVE-2021-29583).
     const tensor one = zeros({1});
     CHECK_BN_ERROR(fused_batch_norm(zeros({10, 10, 10, 6}), one, one, one, one, attrs("NHWC", false, 0.0f)),
@@ -168,14 +167,14 @@ TEST_CASE("regression inputs from TensorFlow's security advisories")
     CHECK_BN_ERROR(fused_batch_norm(zeros({10, 10, 10, 1}), none, none, none, none, attrs("NHWC", false, 0.0f)),
                    "got 0 and 1");
     // Mismatched grad shapes and ranks, NCHW training (CVE-2021-41223).
-    CHECK_BN_ERROR(grad(zeros({1, 1, 3, 3}), zeros({1, 1, 1, 2}), zeros({1, 1}), zeros({1, 1}), zeros({1, 1, 1}),
-                        attrs("NCHW")),
-                   "1-dimensional");
+    CHECK_BN_ERROR(
+        grad(zeros({1, 1, 3, 3}), zeros({1, 1, 1, 2}), zeros({1, 1}), zeros({1, 1}), zeros({1, 1, 1}), attrs("NCHW")),
+        "1-dimensional");
     // Empty scale while C = 2, NHWC and NCHW; 5-D NCDHW with an empty scale.
-    CHECK_BN_ERROR(grad(zeros({1, 2, 2, 2}), zeros({1, 2, 2, 2}), none, zeros({2}), zeros({2}), attrs("NHWC")),
-                   "scale", "got 0 and 2");
-    CHECK_BN_ERROR(grad(zeros({1, 2, 2, 2}), zeros({1, 2, 2, 2}), none, zeros({2}), zeros({2}), attrs("NCHW")),
-                   "scale", "got 0 and 2");
+    CHECK_BN_ERROR(grad(zeros({1, 2, 2, 2}), zeros({1, 2, 2, 2}), none, zeros({2}), zeros({2}), attrs("NHWC")), "scale",
+                   "got 0 and 2");
+    CHECK_BN_ERROR(grad(zeros({1, 2, 2, 2}), zeros({1, 2, 2, 2}), none, zeros({2}), zeros({2}), attrs("NCHW")), "scale",
+                   "got 0 and 2");
     CHECK_BN_ERROR(grad(zeros({1, 2, 2, 2, 2}), zeros({1, 2, 2, 2, 2}), none, zeros({2}), zeros({2}), attrs("NCDHW")),
                    "scale", "got 0 and 2");
 }

@@ -139,10 +139,10 @@ TEST_CASE("fused_batch_norm_grad matches TensorFlow's FusedBatchNormGradV3 and V
             INFO(c.at("name").get<std::string>());
             const auto& in = c.at("inputs");
             const tensor rs3 = v2 ? tensor() : make_tensor(in.at("reserve_space_3"));
-            const auto r = fused_batch_norm_grad(
-                make_tensor(in.at("y_backprop")), make_tensor(in.at("x")), make_tensor(in.at("scale")),
-                make_tensor(in.at("reserve_space_1")), make_tensor(in.at("reserve_space_2")), rs3,
-                make_attrs(c.at("attrs")), v2 ? batch_norm_grad_version::v2 : batch_norm_grad_version::v3);
+            const auto r = fused_batch_norm_grad(make_tensor(in.at("y_backprop")), make_tensor(in.at("x")),
+                                                 make_tensor(in.at("scale")), make_tensor(in.at("reserve_space_1")),
+                                                 make_tensor(in.at("reserve_space_2")), rs3, make_attrs(c.at("attrs")),
+                                                 v2 ? batch_norm_grad_version::v2 : batch_norm_grad_version::v3);
             const auto& out = c.at("outputs");
             check_output(r.x_backprop, out.at("x_backprop"), "x_backprop");
             check_output(r.scale_backprop, out.at("scale_backprop"), "scale_backprop");
@@ -244,8 +244,7 @@ TEST_CASE("the compatibility classes match TensorFlow: FusedBatchNormV3, FusedBa
             else
             {
                 const tf::ops::FusedBatchNormGradV3 g(scope, dy, x, scale, rs1, rs2,
-                                                      make_tensor(in.at("reserve_space_3")),
-                                                      grad_attrs(c.at("attrs")));
+                                                      make_tensor(in.at("reserve_space_3")), grad_attrs(c.at("attrs")));
                 check_output(g.x_backprop, out.at("x_backprop"), "x_backprop");
                 check_output(g.scale_backprop, out.at("scale_backprop"), "scale_backprop");
                 check_output(g.offset_backprop, out.at("offset_backprop"), "offset_backprop");

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "tests/core/ops/conv_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
@@ -63,8 +63,9 @@ namespace
                                     const std::int64_t w = j * k.stride[1] - k.padding[1] + q * k.dilation[1];
                                     if (h < 0 || h >= k.h || w < 0 || w >= k.w)
                                         continue;
-                                    const double t = wt[static_cast<std::size_t>(((o * cg + c) * k.kh + p) * k.kw + q)] *
-                                                     x[static_cast<std::size_t>(xi.at(n, (o / og) * cg + c, h, w))];
+                                    const double t =
+                                        wt[static_cast<std::size_t>(((o * cg + c) * k.kh + p) * k.kw + q)] *
+                                        x[static_cast<std::size_t>(xi.at(n, (o / og) * cg + c, h, w))];
                                     acc += t;
                                     mag += std::abs(t);
                                 }
@@ -80,7 +81,7 @@ namespace
         {3, 4, 9, 11, 6, 3, 2, {2, 1}, {1, 2}, {1, 1}, 2, true},
         {2, 6, 10, 8, 6, 3, 3, {2, 3}, {2, 1}, {2, 2}, 3, false},
         {1, 4, 8, 7, 8, 2, 3, {1, 2}, {1, 0}, {3, 1}, 4, true},
-        {2, 2, 4, 4, 3, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, true}, // kernel larger than the input
+        {2, 2, 4, 4, 3, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, true},  // kernel larger than the input
         {1, 3, 13, 1, 2, 3, 1, {3, 1}, {1, 0}, {1, 1}, 1, true}, // width 1
     };
 
@@ -99,8 +100,8 @@ namespace
         CHECK(y.dtype() == dt);
         CHECK(y.is_contiguous());
         std::vector<double> mag;
-        const auto want = naive_conv(k, cl, to_vector(x), to_vector(wt), b.defined() ? to_vector(b) : std::vector<double>{},
-                                     mag);
+        const auto want = naive_conv(k, cl, to_vector(x), to_vector(wt),
+                                     b.defined() ? to_vector(b) : std::vector<double>{}, mag);
         const std::int64_t oh = out_size(k.h, k.kh, k.stride[0], k.padding[0], k.dilation[0]);
         const std::int64_t ow = out_size(k.w, k.kw, k.stride[1], k.padding[1], k.dilation[1]);
         REQUIRE(y.shape() == image{k.n, k.o, oh, ow, cl}.shape());
@@ -193,7 +194,8 @@ namespace
                                 const std::int64_t col = (n * oh + i) * ow + j;
                                 const std::int64_t at = cl ? col * taps + (p * w.kernel[1] + q) * k.c + c
                                                            : ((c * w.kernel[0] + p) * w.kernel[1] + q) * cols + col;
-                                out[static_cast<std::size_t>(at)] = in ? x[static_cast<std::size_t>(xi.at(n, c, h, v))] : pad;
+                                out[static_cast<std::size_t>(at)] = in ? x[static_cast<std::size_t>(xi.at(n, c, h, v))]
+                                                                       : pad;
                             }
         return out;
     }
@@ -284,11 +286,12 @@ TEST_CASE("conv2d and the window ops reject bad arguments")
     const window2d w3{{3, 3}, {1, 1}, {0, 0}, {1, 1}};
     CHECK_ERROR(unfold2d(x, w3, "nchw"), invalid_argument, "unfold2d", "data_format", "nchw");
     CHECK_ERROR(unfold2d(zeros({6, 6}), w3), invalid_argument, "unfold2d", "x", "[6, 6]");
-    CHECK_ERROR(unfold2d(x, window2d{{0, 3}, {1, 1}, {0, 0}, {1, 1}}), invalid_argument, "unfold2d", "kernel", "{0, 3}");
+    CHECK_ERROR(unfold2d(x, window2d{{0, 3}, {1, 1}, {0, 0}, {1, 1}}), invalid_argument, "unfold2d", "kernel",
+                "{0, 3}");
     CHECK_ERROR(unfold2d(x, window2d{{3, 3}, {1, 1}, {0, 0}, {4, 1}}), invalid_argument, "unfold2d", "spans 9",
                 "{6, 6}");
-    CHECK_ERROR(unfold2d(x, window2d{{3, 3}, {1, std::int64_t{1} << 40}, {0, 0}, {1, 1}}), invalid_argument,
-                "unfold2d", "stride", "2147483647");
+    CHECK_ERROR(unfold2d(x, window2d{{3, 3}, {1, std::int64_t{1} << 40}, {0, 0}, {1, 1}}), invalid_argument, "unfold2d",
+                "stride", "2147483647");
     const std::int64_t big = 2147483647;
     CHECK_ERROR(unfold2d(zeros({1, 1, 1, 1}), window2d{{1, 1}, {1, 1}, {big, big}, {1, 1}}), invalid_argument,
                 "unfold2d", "padding {2147483647, 2147483647}", "2^62");
@@ -320,7 +323,8 @@ TEST_CASE("conv2d gradients of the first and second order, both layouts")
     {
         INFO(fmt(cl));
         const image xi{2, 4, 6, 5, cl};
-        check_grads([&](const std::vector<tensor>& a) { return std::vector<tensor>{conv2d(a[0], a[1], a[2], p, fmt(cl))}; },
-                    leaves({xi.shape(), {4, 2, 3, 2}, {4}}, 90));
+        check_grads(
+            [&](const std::vector<tensor>& a) { return std::vector<tensor>{conv2d(a[0], a[1], a[2], p, fmt(cl))}; },
+            leaves({xi.shape(), {4, 2, 3, 2}, {4}}, 90));
     }
 }

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "tests/core/ops/conv_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
@@ -32,8 +32,8 @@ namespace
     };
 
     /// Direct pooling in float64 over the window of p; abs_sum as in naive_conv.
-    std::vector<double> naive_pool(const image& xi, const pool2d_params& p, pool_kind kind, const std::vector<double>& x,
-                                   std::vector<double>& abs_sum, image& yi)
+    std::vector<double> naive_pool(const image& xi, const pool2d_params& p, pool_kind kind,
+                                   const std::vector<double>& x, std::vector<double>& abs_sum, image& yi)
     {
         const pair s = p.stride.value_or(p.kernel);
         const auto oh = out_size(xi.h, p.kernel[0], s[0], p.padding[0], p.dilation[0]);
@@ -62,8 +62,8 @@ namespace
                                 ++inside;
                             }
                         const auto at = static_cast<std::size_t>(yi.at(n, c, i, j));
-                        const double count =
-                            kind == pool_kind::avg ? double(p.kernel[0] * p.kernel[1]) : double(inside);
+                        const double count = kind == pool_kind::avg ? double(p.kernel[0] * p.kernel[1])
+                                                                    : double(inside);
                         y[at] = kind == pool_kind::max ? best : total / count;
                         abs_sum[at] = kind == pool_kind::max ? 0.0 : mag / count;
                     }
@@ -144,11 +144,10 @@ TEST_CASE("max_pool2d and avg_pool2d match direct loops")
                     const double taps = double(p.kernel[0] * p.kernel[1] + 1);
                     std::vector<double> bound(want.size());
                     for (std::size_t j = 0; j < want.size(); ++j)
-                        bound[j] = kind == pool_kind::max
-                                       ? 1e-300
-                                       : taps * unit_roundoff(dt) * mag[j] +
-                                             store_rounding(dt) * (mag[j] + std::abs(want[j])) +
-                                             (dt == dtype::float16 ? 0x1p-24 : 0.0) + 1e-300;
+                        bound[j] = kind == pool_kind::max ? 1e-300
+                                                          : taps * unit_roundoff(dt) * mag[j] +
+                                                                store_rounding(dt) * (mag[j] + std::abs(want[j])) +
+                                                                (dt == dtype::float16 ? 0x1p-24 : 0.0) + 1e-300;
                     check_within(y, want, bound);
                 }
 }
@@ -225,14 +224,16 @@ TEST_CASE("pool gradients of the first and second order, both layouts")
         const std::vector<tensor> x = leaves({xi.shape()}, 100);
         const pool2d_params overlap = pool({3, 2}, pair{2, 1}, {1, 1}, {1, 2});
         const pool2d_params exclude = pool({3, 3}, pair{2, 2}, {1, 1}, {1, 1}, false);
-        check_grads([&](const std::vector<tensor>& a) { return std::vector<tensor>{max_pool2d(a[0], overlap, fmt(cl))}; },
-                    x);
-        check_grads([&](const std::vector<tensor>& a) { return std::vector<tensor>{avg_pool2d(a[0], overlap, fmt(cl))}; },
-                    x);
-        check_grads([&](const std::vector<tensor>& a) { return std::vector<tensor>{avg_pool2d(a[0], exclude, fmt(cl))}; },
-                    x);
         check_grads(
-            [&](const std::vector<tensor>& a) { return std::vector<tensor>{adaptive_avg_pool2d(a[0], {3, 4}, fmt(cl))}; },
+            [&](const std::vector<tensor>& a) { return std::vector<tensor>{max_pool2d(a[0], overlap, fmt(cl))}; }, x);
+        check_grads(
+            [&](const std::vector<tensor>& a) { return std::vector<tensor>{avg_pool2d(a[0], overlap, fmt(cl))}; }, x);
+        check_grads(
+            [&](const std::vector<tensor>& a) { return std::vector<tensor>{avg_pool2d(a[0], exclude, fmt(cl))}; }, x);
+        check_grads(
+            [&](const std::vector<tensor>& a) {
+                return std::vector<tensor>{adaptive_avg_pool2d(a[0], {3, 4}, fmt(cl))};
+            },
             x);
     }
 }

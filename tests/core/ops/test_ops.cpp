@@ -171,8 +171,9 @@ TEST_CASE("matmul matches xtensor for all shapes and layouts")
                         want(p, i, j) += a(p, i, k) * b(k, j);
         check_close(matmul(ta, tb), want);
         // The same product from transposed (column-major) views.
-        check_close(matmul(ta.transpose(1, 2).contiguous().transpose(1, 2), tb.transpose(0, 1).contiguous().transpose(0, 1)),
-                    want);
+        check_close(
+            matmul(ta.transpose(1, 2).contiguous().transpose(1, 2), tb.transpose(0, 1).contiguous().transpose(0, 1)),
+            want);
         // Vector operands.
         xt::xarray<double> bv = xt::zeros<double>({5});
         for (std::size_t j = 0; j < 5; ++j)
@@ -222,7 +223,8 @@ TEST_CASE("softmax family and cross-entropy values")
     for (std::size_t i = 0; i < 3; ++i)
         for (std::size_t c = 0; c < 5; ++c)
         {
-            const double target = (c == static_cast<std::size_t>(xt::xarray<std::int64_t>{4, 0, 2}(i)) ? 1 - eps : 0) + eps / 5;
+            const double target = (c == static_cast<std::size_t>(xt::xarray<std::int64_t>{4, 0, 2}(i)) ? 1 - eps : 0) +
+                                  eps / 5;
             smoothed -= target * (z(i, c) - lse(i, 0));
         }
     CHECK(cross_entropy(t, labels, reduction::mean, eps).item() == doctest::Approx(smoothed / 3).epsilon(1e-12));
@@ -251,9 +253,8 @@ TEST_CASE("results do not depend on the thread count")
     for (int threads : {1, 2, 3})
     {
         set_num_threads(threads);
-        runs.push_back(to_vector(concat({sum(x, {0}), sum(x, {1}).reshape({1, -1}).reshape({-1}),
-                                         max(tanh(x), {1}), sum(matmul(x, w), {1})},
-                                        0)));
+        runs.push_back(to_vector(concat(
+            {sum(x, {0}), sum(x, {1}).reshape({1, -1}).reshape({-1}), max(tanh(x), {1}), sum(matmul(x, w), {1})}, 0)));
     }
     set_num_threads(saved);
     CHECK(runs[0] == runs[1]);

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "data_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -164,8 +164,8 @@ TEST_CASE("IDX: write_idx writes atomically and checks its input")
     CHECK_ERROR(write_idx(dir / "bad.idx", idx_array{{2, 3}, {1, 2, 3}}), xgrad::invalid_argument, "bad.idx",
                 "shape [2, 3] holds 6 bytes but data has 3");
     CHECK_ERROR(write_idx(dir / "bad.idx", idx_array{{-1}, {}}), xgrad::invalid_argument, "bad.idx", "[-1]");
-    CHECK_ERROR(write_idx(dir / "bad.idx", idx_array{std::vector<std::int64_t>(256, 1), {0}}),
-                xgrad::invalid_argument, "rank 256");
+    CHECK_ERROR(write_idx(dir / "bad.idx", idx_array{std::vector<std::int64_t>(256, 1), {0}}), xgrad::invalid_argument,
+                "rank 256");
     CHECK(folder_names(dir.path) == std::vector<std::string>{"taken.idx", "x.idx", "y.idx.gz"});
 }
 
@@ -178,8 +178,7 @@ TEST_CASE("IDX: every reading error names the file and the problem")
     };
 
     // Cannot open.
-    CHECK_ERROR(read_idx(dir / "missing.idx"), data_error, dir.text("missing.idx"), "cannot open",
-                error_text(ENOENT));
+    CHECK_ERROR(read_idx(dir / "missing.idx"), data_error, dir.text("missing.idx"), "cannot open", error_text(ENOENT));
     CHECK_ERROR(read_file_bytes(dir.path), data_error, dir.text(), error_text(EISDIR));
     // Not gzip.
     const auto p = put("plain.idx.gz", concat(idx_header({2}), {1, 2}));
@@ -193,16 +192,14 @@ TEST_CASE("IDX: every reading error names the file and the problem")
     bytes_type gz = file_bytes(dir / "good.gz");
     bytes_type flipped = gz;
     flipped[flipped.size() / 2] ^= 0x55; // the CRC at the end catches any change that inflates
-    CHECK_ERROR(read_idx(put("flipped.gz", flipped)), data_error, dir.text("flipped.gz"),
-                "corrupt gzip stream");
+    CHECK_ERROR(read_idx(put("flipped.gz", flipped)), data_error, dir.text("flipped.gz"), "corrupt gzip stream");
     bytes_type cut(gz.begin(), gz.end() - 6);
-    CHECK_ERROR(read_idx(put("cut.gz", cut)), data_error, dir.text("cut.gz"), "corrupt gzip stream",
-                "truncated");
-    CHECK_ERROR(read_idx(put("junk.gz", concat(gz, {'j', 'u', 'n', 'k'}))), data_error,
-                dir.text("junk.gz"), "corrupt gzip stream", "after the end");
+    CHECK_ERROR(read_idx(put("cut.gz", cut)), data_error, dir.text("cut.gz"), "corrupt gzip stream", "truncated");
+    CHECK_ERROR(read_idx(put("junk.gz", concat(gz, {'j', 'u', 'n', 'k'}))), data_error, dir.text("junk.gz"),
+                "corrupt gzip stream", "after the end");
     // Bad magic.
-    CHECK_ERROR(read_idx(put("magic.idx", {0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0})), data_error,
-                dir.text("magic.idx"), "bad IDX magic number", "0x12 0x34 0x56 0x78");
+    CHECK_ERROR(read_idx(put("magic.idx", {0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0})), data_error, dir.text("magic.idx"),
+                "bad IDX magic number", "0x12 0x34 0x56 0x78");
     // A gzip file not named .gz is pointed out.
     write_idx(dir / "g.gz", idx_array{{1}, {5}});
     fs::rename(dir / "g.gz", dir / "g.idx");
@@ -219,11 +216,11 @@ TEST_CASE("IDX: every reading error names the file and the problem")
                 "at least 4 bytes, found 2");
     CHECK_ERROR(read_idx(put("t1.idx", {0, 0, 8, 3, 0, 0, 0, 1})), data_error, dir.text("t1.idx"),
                 "truncated IDX header", "needs 16 bytes, found 8");
-    CHECK_ERROR(read_idx(put("t2.idx", concat(idx_header({5}), {1, 2, 3}))), data_error,
-                dir.text("t2.idx"), "truncated IDX data", "needs 13 bytes", "found 11");
+    CHECK_ERROR(read_idx(put("t2.idx", concat(idx_header({5}), {1, 2, 3}))), data_error, dir.text("t2.idx"),
+                "truncated IDX data", "needs 13 bytes", "found 11");
     // Trailing bytes.
-    CHECK_ERROR(read_idx(put("trail.idx", concat(idx_header({2}), {1, 2, 3, 4}))), data_error,
-                dir.text("trail.idx"), "2 trailing bytes", "needs 10 bytes, found 12");
+    CHECK_ERROR(read_idx(put("trail.idx", concat(idx_header({2}), {1, 2, 3, 4}))), data_error, dir.text("trail.idx"),
+                "2 trailing bytes", "needs 10 bytes, found 12");
     // Extents overflow.
     CHECK_ERROR(read_idx(put("huge.idx", idx_header({0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}))), data_error,
                 dir.text("huge.idx"), "overflow", "4294967295");

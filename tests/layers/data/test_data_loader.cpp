@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "data_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/data/loader.hpp"
 #include "xgrad/errors.hpp"
@@ -64,9 +64,8 @@ namespace
     bool same_batches(const std::vector<batch>& a, const std::vector<batch>& b)
     {
         const auto same = [](const batch& x, const batch& y) {
-            return x.index == y.index && x.images.shape() == y.images.shape() &&
-                   x.images.dtype() == y.images.dtype() && to_vector(x.images) == to_vector(y.images) &&
-                   to_vector(x.labels) == to_vector(y.labels);
+            return x.index == y.index && x.images.shape() == y.images.shape() && x.images.dtype() == y.images.dtype() &&
+                   to_vector(x.images) == to_vector(y.images) && to_vector(x.labels) == to_vector(y.labels);
         };
         return std::equal(a.begin(), a.end(), b.begin(), b.end(), same);
     }
@@ -366,9 +365,8 @@ TEST_CASE("Fashion-MNIST from Debian's dataset-fashion-mnist, when installed")
     const std::clock_t cpu_start = std::clock();
     const auto train = std::make_shared<const image_dataset>(load_mnist(dir, true));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE("loaded the Fashion-MNIST training set in " << seconds << " s ("
-                                                        << double(std::clock() - cpu_start) / CLOCKS_PER_SEC
-                                                        << " s of CPU time)");
+    MESSAGE("loaded the Fashion-MNIST training set in "
+            << seconds << " s (" << double(std::clock() - cpu_start) / CLOCKS_PER_SEC << " s of CPU time)");
     CHECK(train->size == 60000);
     CHECK(train->rows == 28);
     CHECK(train->cols == 28);

@@ -61,7 +61,7 @@ namespace
         tensor loss(const tensor& x, const tensor& weights)
         {
             const tensor w = parameter("weight"), b = parameter("bias");
-            return xgrad::sum(w * w) + xgrad::sum(b * b * b) + xgrad::sum((*m_bn)(x) * weights);
+            return xgrad::sum(w * w) + xgrad::sum(b * b * b) + xgrad::sum((*m_bn)(x)*weights);
         }
 
         void count_update()
@@ -291,8 +291,7 @@ TEST_CASE("checkpoint: every refused load names the file and the problem and cha
     SUBCASE("bad optimizer state")
     {
         // Checked by the optimizer itself, which the model must not be loaded before.
-        write(with_tensor(content.tensors, "optimizer.weight.momentum_buffer", xgrad::zeros({5})),
-              content.metadata);
+        write(with_tensor(content.tensors, "optimizer.weight.momentum_buffer", xgrad::zeros({5})), content.metadata);
         CHECK_FORMAT_ERROR(load(), bad, "bad optimizer state", "weight.momentum_buffer");
         auto tensors = content.tensors;
         REQUIRE(tensors.erase("optimizer.step") == 1);

@@ -57,9 +57,12 @@ namespace
 TEST_CASE("safetensors: every dtype round-trips bit-exactly, 0-d, empty and strided tensors included")
 {
     scratch_dir dir;
-    const std::vector<float> f32 = {-0.0f, bits_as<float>(std::uint32_t{0x7fc12345}),
-                                    std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(),
-                                    3.25f, -1e30f};
+    const std::vector<float> f32 = {-0.0f,
+                                    bits_as<float>(std::uint32_t{0x7fc12345}),
+                                    std::numeric_limits<float>::infinity(),
+                                    std::numeric_limits<float>::denorm_min(),
+                                    3.25f,
+                                    -1e30f};
     const std::vector<double> f64 = {bits_as<double>(std::uint64_t{0x7ff8000000000abcULL}), -0.0,
                                      std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::max()};
     // float16: smallest subnormal, +inf, a NaN with payload, -0, 1, -65504.
@@ -157,7 +160,7 @@ TEST_CASE("safetensors: the byte layout is the format's (length, sorted JSON pad
                          R"("b":{"data_offsets":[4,20],"dtype":"I64","shape":[2]}})";
     while (header.size() % 8 != 0)
         header += ' ';
-    const std::string data = std::string("\x00\x00\xc0\x3f", 4) +             // 1.5f
+    const std::string data = std::string("\x00\x00\xc0\x3f", 4) +                 // 1.5f
                              std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8) + // 1
                              std::string("\xfe\xff\xff\xff\xff\xff\xff\xff", 8);  // -2
     const std::string expected = length_field(header.size()) + header + data;
@@ -177,9 +180,9 @@ TEST_CASE("safetensors: reads a file written by another writer (any key order, u
                                R"( "z": {"dtype": "F32", "shape": [0], "data_offsets": [16, 16]},)"
                                R"( "c": {"dtype": "BF16", "shape": [], "data_offsets": [0, 2]} })";
     REQUIRE(header.size() % 2 == 1);
-    const std::string data = std::string("\xc0\x3f", 2) +                               // bf16 1.5
-                             std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8) +         // i64
-                             std::string("\x00\x3c\x00\xc0\x00\x38", 6);                 // f16 1, -2, 0.5
+    const std::string data = std::string("\xc0\x3f", 2) +                         // bf16 1.5
+                             std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8) + // i64
+                             std::string("\x00\x3c\x00\xc0\x00\x38", 6);          // f16 1, -2, 0.5
     write_raw(file, header, data);
 
     const auto loaded = xgrad::io::load_safetensors(file);

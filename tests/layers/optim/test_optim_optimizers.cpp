@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "optim_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -32,8 +32,8 @@ using namespace optim_test;
 TEST_CASE("optim: sgd variants match the oracle step by step")
 {
     const std::vector<std::pair<const char*, optim::sgd_options>> variants{
-        {"plain", {0.1, 0.0, 0.0, 0.0, false}},        {"momentum", {0.1, 0.9, 0.0, 0.0, false}},
-        {"dampening", {0.05, 0.8, 0.3, 0.0, false}},   {"nesterov", {0.1, 0.9, 0.0, 0.0, true}},
+        {"plain", {0.1, 0.0, 0.0, 0.0, false}},         {"momentum", {0.1, 0.9, 0.0, 0.0, false}},
+        {"dampening", {0.05, 0.8, 0.3, 0.0, false}},    {"nesterov", {0.1, 0.9, 0.0, 0.0, true}},
         {"weight decay", {0.1, 0.0, 0.0, 0.05, false}}, {"all", {0.03, 0.7, 0.0, 0.2, true}},
     };
     for (const auto& entry : variants)
@@ -162,16 +162,15 @@ TEST_CASE("optim: bad options are rejected, naming the option")
     CHECK_ERROR(optim::sgd(m, so{0.1, -0.5, 0.0, 0.0, false}), xgrad::invalid_argument, "sgd: momentum", "-0.5");
     CHECK_ERROR(optim::sgd(m, so{0.1, 0.9, 1.5, 0.0, false}), xgrad::invalid_argument, "sgd: dampening", "[0, 1]");
     CHECK_ERROR(optim::sgd(m, so{0.1, 0.9, 0.0, -1.0, false}), xgrad::invalid_argument, "sgd: weight_decay", "-1");
-    CHECK_ERROR(optim::sgd(m, so{0.1, 0.0, 0.0, 0.0, true}), xgrad::invalid_argument, "sgd: nesterov",
-                "momentum > 0", "momentum 0");
-    CHECK_ERROR(optim::sgd(m, so{0.1, 0.9, 0.1, 0.0, true}), xgrad::invalid_argument, "sgd: nesterov",
-                "dampening 0.1");
+    CHECK_ERROR(optim::sgd(m, so{0.1, 0.0, 0.0, 0.0, true}), xgrad::invalid_argument, "sgd: nesterov", "momentum > 0",
+                "momentum 0");
+    CHECK_ERROR(optim::sgd(m, so{0.1, 0.9, 0.1, 0.0, true}), xgrad::invalid_argument, "sgd: nesterov", "dampening 0.1");
 
     using ao = optim::adam_options;
     CHECK_ERROR(optim::adam(m, ao{-1.0, 0.9, 0.999, 1e-8, 0.0}), xgrad::invalid_argument, "adam: lr", "-1");
     CHECK_ERROR(optim::adam(m, ao{inf, 0.9, 0.999, 1e-8, 0.0}), xgrad::invalid_argument, "adam: lr", "inf");
-    CHECK_ERROR(optim::adam(m, ao{0.1, 1.0, 0.999, 1e-8, 0.0}), xgrad::invalid_argument, "adam: beta1",
-                "[0, 1)", "got 1");
+    CHECK_ERROR(optim::adam(m, ao{0.1, 1.0, 0.999, 1e-8, 0.0}), xgrad::invalid_argument, "adam: beta1", "[0, 1)",
+                "got 1");
     CHECK_ERROR(optim::adam(m, ao{0.1, 0.9, -0.1, 1e-8, 0.0}), xgrad::invalid_argument, "adam: beta2", "-0.1");
     CHECK_ERROR(optim::adam(m, ao{0.1, 0.9, 0.999, 0.0, 0.0}), xgrad::invalid_argument, "adam: eps", "> 0");
     CHECK_ERROR(optim::adam(m, ao{0.1, 0.9, 0.999, nan, 0.0}), xgrad::invalid_argument, "adam: eps", "nan");
@@ -217,8 +216,8 @@ TEST_CASE("optim: float16 and bfloat16 parameters are updated in float32 and rou
     // 2^-8 for bfloat16 (7 bits), plus an absolute 1e-6 that covers float32's own error
     // (a few 2^-24 of the O(1) operands) and float16's subnormal spacing (2^-24) should a
     // value land near zero. A wrong formula is off by ~1e-3 or more.
-    for (const auto& [dt, half_ulp] : {std::pair{dtype::float16, std::ldexp(1.0, -11)},
-                                       std::pair{dtype::bfloat16, std::ldexp(1.0, -8)}})
+    for (const auto& [dt, half_ulp] :
+         {std::pair{dtype::float16, std::ldexp(1.0, -11)}, std::pair{dtype::bfloat16, std::ldexp(1.0, -8)}})
     {
         const std::string dtype_name(name(dt));
         CAPTURE(dtype_name);
@@ -249,8 +248,7 @@ namespace
     {
     public:
         bowl()
-            : m_a(from_host(a_values.data(), {5}, dtype::float64)),
-              m_c(from_host(c_values.data(), {5}, dtype::float64))
+            : m_a(from_host(a_values.data(), {5}, dtype::float64)), m_c(from_host(c_values.data(), {5}, dtype::float64))
         {
             register_parameter("x", zeros({5}, dtype::float64));
         }

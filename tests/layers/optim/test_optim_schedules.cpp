@@ -62,8 +62,8 @@ TEST_CASE("optim: schedule errors")
     CHECK_ERROR(optim::step_lr(-0.1, 2), xgrad::invalid_argument, "step_lr", "base_lr", "-0.1");
     CHECK_ERROR(optim::cosine_lr(0.1, -3), xgrad::invalid_argument, "cosine_lr", "total_epochs", "-3");
     CHECK_ERROR(optim::cosine_lr(0.1, 10, 0.2), xgrad::invalid_argument, "cosine_lr", "min_lr", "0.2");
-    CHECK_ERROR(optim::constant_lr(std::numeric_limits<double>::quiet_NaN()), xgrad::invalid_argument,
-                "constant_lr", "base_lr");
+    CHECK_ERROR(optim::constant_lr(std::numeric_limits<double>::quiet_NaN()), xgrad::invalid_argument, "constant_lr",
+                "base_lr");
     CHECK_ERROR(optim::constant_lr(0.1).lr_at(-1), xgrad::invalid_argument, "epoch", "-1");
     CHECK_ERROR(optim::cosine_lr(0.1, 5).lr_at(-2), xgrad::invalid_argument, "epoch", "-2");
 }

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/support/check_error.hpp"
 #include "optim_test_helpers.hpp"
+#include "tests/support/check_error.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/layers/module.hpp"
@@ -92,19 +92,19 @@ TEST_CASE("optim: load_state_dict lists every problem and changes nothing")
     REQUIRE(good.size() == 7);
 
     auto bad = good;
-    bad.erase("step");                                            // 1 missing step
-    bad["nope.exp_avg"] = zeros({3}, dtype::float64);             // 2 unknown parameter
-    bad["w.momentum_buffer"] = zeros({2, 3}, dtype::float64);     // 3 unknown buffer
-    bad["junk"] = zeros({}, dtype::float64);                      // 4 neither step nor p.b
-    bad["b.exp_avg"] = zeros({4}, dtype::float64);                // 5 wrong shape
-    bad["inner.v.exp_avg_sq"] = zeros({4}, dtype::float32);       // 6 wrong dtype
-    bad["w.exp_avg_sq"] = tensor();                               // 7 undefined
-    bad.erase("inner.v.exp_avg");                                 // 8 only some buffers
+    bad.erase("step");                                        // 1 missing step
+    bad["nope.exp_avg"] = zeros({3}, dtype::float64);         // 2 unknown parameter
+    bad["w.momentum_buffer"] = zeros({2, 3}, dtype::float64); // 3 unknown buffer
+    bad["junk"] = zeros({}, dtype::float64);                  // 4 neither step nor p.b
+    bad["b.exp_avg"] = zeros({4}, dtype::float64);            // 5 wrong shape
+    bad["inner.v.exp_avg_sq"] = zeros({4}, dtype::float32);   // 6 wrong dtype
+    bad["w.exp_avg_sq"] = tensor();                           // 7 undefined
+    bad.erase("inner.v.exp_avg");                             // 8 only some buffers
     CHECK(opt.state_dict_problems(bad).size() == 8);
     CHECK_ERROR(opt.load_state_dict(bad), xgrad::invalid_argument, "adam: load_state_dict", "missing 'step'",
                 "'nope.exp_avg': the model has no parameter 'nope'",
-                "'w.momentum_buffer': unknown buffer 'momentum_buffer' (adam keeps: exp_avg, exp_avg_sq)",
-                "'junk'", "'b.exp_avg': has shape [4]", "the parameter has shape [3]", "dtype float32",
+                "'w.momentum_buffer': unknown buffer 'momentum_buffer' (adam keeps: exp_avg, exp_avg_sq)", "'junk'",
+                "'b.exp_avg': has shape [4]", "the parameter has shape [3]", "dtype float32",
                 "'w.exp_avg_sq': the tensor is undefined",
                 "parameter 'inner.v' has 'inner.v.exp_avg_sq' but lacks 'inner.v.exp_avg'");
 

@@ -1,8 +1,8 @@
 // xgrad::train's progress bar (terminal and log output, driven by an injected clock),
 // duration formatting, the SVG chart of metrics and the CSV metrics log.
+#include "tests/support/check_error.hpp"
 #include "xgrad/train/metrics.hpp"
 #include "xgrad/train/progress.hpp"
-#include "tests/support/check_error.hpp"
 
 #include <doctest/doctest.h>
 
@@ -76,8 +76,8 @@ namespace
         scratch_dir()
         {
             static int counter = 0;
-            path = fs::temp_directory_path()
-                   / ("xgrad_test_plot_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+            path = fs::temp_directory_path() /
+                   ("xgrad_test_plot_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
             fs::remove_all(path);
             fs::create_directories(path);
         }
@@ -391,8 +391,8 @@ TEST_CASE("write_metrics_svg: atomic write, clear error for a missing folder")
 
     const std::string missing = (dir.path / "no_such_folder" / "metrics.svg").string();
     CHECK_ERROR(write_metrics_svg(missing, three_epochs(), "run"), std::runtime_error, missing.c_str());
-    CHECK_ERROR(write_metrics_svg(dir.path / "bad.svg", {{1, 0.5, 50.0, 0.5, 0.5, 1.0}}, "run"),
-                std::invalid_argument, "bad.svg", "train_accuracy");
+    CHECK_ERROR(write_metrics_svg(dir.path / "bad.svg", {{1, 0.5, 50.0, 0.5, 0.5, 1.0}}, "run"), std::invalid_argument,
+                "bad.svg", "train_accuracy");
     CHECK(dir.entries() == std::vector<std::string>{"metrics.svg"});
 }
 

@@ -93,7 +93,8 @@ TEST_CASE("training on a small slice of Fashion-MNIST lowers the loss")
     fs::path data_dir = data::default_fashion_mnist_dir;
     if (!fs::exists(data_dir / "train-images-idx3-ubyte.gz"))
     {
-        MESSAGE("Fashion-MNIST is not installed at " << data_dir.string()
+        MESSAGE("Fashion-MNIST is not installed at "
+                << data_dir.string()
                 << " (Debian package dataset-fashion-mnist): using a synthetic MNIST-format dataset");
         data_dir = tmp.path / "data";
         fs::create_directories(data_dir);

@@ -92,7 +92,8 @@ namespace xgrad
     /// d_y_backprop masked too. y gets no gradient.
     batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& y_backprop, const tensor& x, const tensor& y,
                                                       const tensor& scale, const tensor& reserve_space_1,
-                                                      const tensor& reserve_space_2, const batch_norm_attrs& attrs = {});
+                                                      const tensor& reserve_space_2,
+                                                      const batch_norm_attrs& attrs = {});
 
     // --- the training-mode gradient as its two phases (not recorded by autograd) -------------
     /// Phase 1, a per-channel reduction: sum_dy = Σdy, sum_dy_xc = Σdy·(x − μ). A data-parallel

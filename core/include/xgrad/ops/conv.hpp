@@ -50,8 +50,7 @@ namespace xgrad
     ///   "NCHW": [N, C, H, W] -> [C * KH * KW, N * OH * OW], row (c, kh, kw), column (n, oh, ow);
     ///   "NHWC": [N, H, W, C] -> [N * OH * OW, KH * KW * C], row (n, oh, ow), column (kh, kw, c).
     /// Linear in x (for pad_value 0); its gradient is fold2d.
-    tensor unfold2d(const tensor& x, const window2d& w, std::string_view data_format = "NCHW",
-                    double pad_value = 0.0);
+    tensor unfold2d(const tensor& x, const window2d& w, std::string_view data_format = "NCHW", double pad_value = 0.0);
 
     /// col2im, the adjoint of unfold2d: adds every column entry back into the input position it
     /// was read from (entries from padding are dropped). `input_shape` is the shape of the

@@ -21,8 +21,7 @@ namespace xgrad
     /// Joins tensors of equal dtype, device and shape (except along dim) along dim.
     tensor concat(const std::vector<tensor>& xs, std::int64_t dim);
     /// Constant padding: widths[d] = {before, after} (both >= 0) for every dimension d.
-    tensor pad(const tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths,
-               double value = 0.0);
+    tensor pad(const tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, double value = 0.0);
     tensor contiguous(const tensor& x);
     /// Converts the dtype; differentiable between floating dtypes (gradient cast back).
     tensor cast(const tensor& x, dtype dt);

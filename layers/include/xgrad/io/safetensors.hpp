@@ -48,7 +48,7 @@ namespace xgrad::io
 
     struct safetensors_content
     {
-        tensor_map tensors;   // CPU tensors
+        tensor_map tensors; // CPU tensors
         metadata_map metadata;
     };
 
@@ -72,8 +72,8 @@ namespace xgrad::io
 
     /// Writes a checkpoint (atomically, as save_safetensors). Throws format_error naming the
     /// file for a negative epoch or an `extra` key that is one of the four reserved ones.
-    void save_checkpoint(const std::filesystem::path& path, const nn::module& model,
-                         const optim::optimizer* optimizer, std::int64_t epoch, const metadata_map& extra = {});
+    void save_checkpoint(const std::filesystem::path& path, const nn::module& model, const optim::optimizer* optimizer,
+                         std::int64_t epoch, const metadata_map& extra = {});
 
     /// Loads a checkpoint into `model` (and `optimizer`, when given). Everything is checked
     /// before anything changes: a file that is not an xgrad checkpoint, a model tensor missing

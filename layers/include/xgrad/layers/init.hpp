@@ -15,9 +15,9 @@ namespace xgrad::nn::init
 {
     enum class nonlinearity
     {
-        linear,  // gain 1 (also conv, sigmoid)
-        relu,    // gain sqrt(2)
-        tanh,    // gain 5/3
+        linear, // gain 1 (also conv, sigmoid)
+        relu,   // gain sqrt(2)
+        tanh,   // gain 5/3
     };
     enum class fan_mode
     {

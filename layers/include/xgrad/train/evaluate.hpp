@@ -18,8 +18,8 @@ namespace xgrad::train
 {
     struct classifier_metrics
     {
-        double loss = 0.0;          // mean cross-entropy per example (0 when no example)
-        double accuracy = 0.0;      // fraction of examples predicted right, in [0, 1] (0 when none)
+        double loss = 0.0;     // mean cross-entropy per example (0 when no example)
+        double accuracy = 0.0; // fraction of examples predicted right, in [0, 1] (0 when none)
         std::int64_t examples = 0;
         std::vector<std::vector<std::int64_t>> confusion; // [true class][predicted class], classes x classes
     };
@@ -28,7 +28,6 @@ namespace xgrad::train
     class classifier_tally
     {
     public:
-
         using count_type = std::int64_t;
 
         /// classes >= 1 sizes the confusion matrix; throws xgrad::invalid_argument otherwise.
@@ -51,7 +50,6 @@ namespace xgrad::train
         classifier_metrics result() const;
 
     private:
-
         void check_shapes(const tensor& logits, const tensor& labels) const;
 
         count_type m_classes;
@@ -67,9 +65,9 @@ namespace xgrad::train
 
     struct evaluate_options
     {
-        xgrad::device device{};            // where the model is; batches are moved there
-        std::string data_format = "NCHW";  // layout of the images fed to the model
-        std::int64_t batch_size = 500;     // >= 1; only memory, not the result, depends on it
+        xgrad::device device{};           // where the model is; batches are moved there
+        std::string data_format = "NCHW"; // layout of the images fed to the model
+        std::int64_t batch_size = 500;    // >= 1; only memory, not the result, depends on it
     };
 
     /// Metrics of `model` on every example of `data`, in order, in eval mode and without a

@@ -26,14 +26,12 @@ namespace xgrad::train
     };
 
     // The header line of the CSV log (without the line end).
-    inline constexpr const char* metrics_csv_header =
-        "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds";
+    inline constexpr const char* metrics_csv_header = "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds";
 
     // Writes the header and one row per element, in the given order, doubles with 17
     // significant digits (so they read back exactly). Throws std::runtime_error naming the
     // path when the file cannot be written (e.g. a missing folder).
-    void write_metrics_csv(const std::filesystem::path& path,
-                           const std::vector<epoch_metrics>& metrics);
+    void write_metrics_csv(const std::filesystem::path& path, const std::vector<epoch_metrics>& metrics);
 
     // Reads a file written by write_metrics_csv; blank lines and "\r\n" line ends are
     // accepted, "nan" and "inf" read back as such. Throws std::runtime_error naming the path
@@ -51,7 +49,6 @@ namespace xgrad::train
 
     // Writes metrics_svg(metrics, title) to path. Throws std::runtime_error naming the path
     // when the file cannot be written, std::invalid_argument (naming the path) for bad metrics.
-    void write_metrics_svg(const std::filesystem::path& path,
-                           const std::vector<epoch_metrics>& metrics,
+    void write_metrics_svg(const std::filesystem::path& path, const std::vector<epoch_metrics>& metrics,
                            const std::string& title);
 }

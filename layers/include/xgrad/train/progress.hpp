@@ -24,7 +24,6 @@ namespace xgrad::train
     class progress_bar
     {
     public:
-
         using size_type = std::size_t;
         // Returns a time in seconds; only differences between calls are used.
         using clock_type = std::function<double()>;
@@ -38,11 +37,8 @@ namespace xgrad::train
         // epoch, at least 1. out: where to draw. is_terminal: redraw in place (true) or print
         // plain lines (false). clock: empty for std::chrono::steady_clock. The elapsed time
         // starts counting here. Throws std::invalid_argument when total_batches is 0.
-        progress_bar(std::string label,
-                     size_type total_batches,
-                     std::ostream& out = std::cout,
-                     bool is_terminal = stdout_is_terminal(),
-                     clock_type clock = {});
+        progress_bar(std::string label, size_type total_batches, std::ostream& out = std::cout,
+                     bool is_terminal = stdout_is_terminal(), clock_type clock = {});
 
         progress_bar(const progress_bar&) = delete;
         progress_bar& operator=(const progress_bar&) = delete;
@@ -63,7 +59,6 @@ namespace xgrad::train
         bool is_terminal() const noexcept { return m_is_terminal; }
 
     private:
-
         double now() const;
         std::string status_text(double elapsed_s, bool final) const;
         void draw_terminal(const std::string& text);

@@ -41,8 +41,8 @@ namespace xgrad::train
     /// What the schedule's lr_at argument counts.
     enum class schedule_unit
     {
-        step,  // global optimizer step: epoch * batches_per_epoch + batch index
-        epoch  // epochs completed
+        step, // global optimizer step: epoch * batches_per_epoch + batch index
+        epoch // epochs completed
     };
 
     struct trainer_options
@@ -80,10 +80,10 @@ namespace xgrad::train
 
     struct fit_result
     {
-        std::vector<epoch_metrics> metrics; // every epoch so far, those before a resume included
-        double images_per_s = 0.0;          // training images per second over this fit's epochs
+        std::vector<epoch_metrics> metrics;          // every epoch so far, those before a resume included
+        double images_per_s = 0.0;                   // training images per second over this fit's epochs
         std::filesystem::path csv, plot, checkpoint; // checkpoint: the last one written (empty if none)
-        std::int64_t first_epoch = 0;       // epochs already done when fit() started
+        std::int64_t first_epoch = 0;                // epochs already done when fit() started
     };
 
     /// Trains `model` with `optimizer` on `train_loader`'s batches. The model, optimizer and
@@ -93,7 +93,6 @@ namespace xgrad::train
     class trainer
     {
     public:
-
         using size_type = std::int64_t;
 
         /// Throws xgrad::invalid_argument naming the option for epochs < 1, test_batch_size < 1,
@@ -127,7 +126,6 @@ namespace xgrad::train
         const trainer_options& options() const noexcept { return m_options; }
 
     private:
-
         /// One epoch of training and its test evaluation; `images` receives the images trained on.
         epoch_metrics train_epoch(size_type epoch, size_type& images);
 
