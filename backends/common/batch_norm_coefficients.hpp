@@ -4,7 +4,7 @@
 // the CUDA kernels (backends/cuda/batch_norm.cpp, compiled for the device by nvcc) take the
 // coefficients; the CPU reference kernels (backends/cpu/batch_norm/reference.cpp) take the
 // per-channel means they are made of and evaluate the formulas of section 2.3 as written, so
-// the oracle does not share the fast kernels' rearrangement. Host and device code (XGRAD_HD);
+// the oracle does not share the fast kernels' rearrangement. Host and device code (XGRAD_HOST_DEVICE);
 // no dependency on a backend.
 //
 // The formulas are those of docs/batch_norm.md section 2.3, derived in its section 3 and
@@ -23,20 +23,14 @@
 // The backends round each coefficient once to the statistics type: the expressions and their
 // order here decide the last bits of every second-order output, on both backends alike.
 #include <cmath>
+#include <cstdint>
 
-/// Marks functions that run on the device and on the host (nvcc), or on the host alone.
-#ifndef XGRAD_HD
-#if defined(__CUDACC__)
-#define XGRAD_HD __host__ __device__
-#else
-#define XGRAD_HD
-#endif
-#endif
+#include "xgrad/half.hpp" // XGRAD_HOST_DEVICE
 
 namespace xgrad::kernels
 {
     /// r = 1 / sqrt(var + eps), in double.
-    XGRAD_HD inline double bn_inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
+    XGRAD_HOST_DEVICE inline double bn_inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
 
     /// One channel's five sums of bn_grad_grad_reduce (the statistics-type values, widened):
     /// sum(g), sum(g xh), sum(A), sum(A xh), sum(A g), xh = (x - mean) r.
@@ -52,8 +46,8 @@ namespace xgrad::kernels
         double r, g, g_xh, A, A_xh, A_gc;
     };
 
-    XGRAD_HD inline bn_grad_grad_means bn_grad_grad_means_of(double var, double eps, const bn_grad_grad_sums& sums,
-                                                             double R)
+    XGRAD_HOST_DEVICE inline bn_grad_grad_means bn_grad_grad_means_of(double var, double eps,
+                                                                      const bn_grad_grad_sums& sums, double R)
     {
         bn_grad_grad_means m{};
         m.r = bn_inv_std(var, eps);
@@ -76,9 +70,9 @@ namespace xgrad::kernels
     /// The coefficients of one channel from its scale gamma, mean, var, eps, the sums (read only
     /// in training), the cotangents a (of scale_backprop) and b (of offset_backprop), and R, the
     /// elements per channel (R > 0 in training).
-    XGRAD_HD inline bn_grad_grad_coefficients bn_grad_grad_coefficients_of(double gamma, double mean, double var,
-                                                                           double eps, const bn_grad_grad_sums& sums,
-                                                                           double a, double b, double R, bool training)
+    XGRAD_HOST_DEVICE inline bn_grad_grad_coefficients
+    bn_grad_grad_coefficients_of(double gamma, double mean, double var, double eps, const bn_grad_grad_sums& sums,
+                                 double a, double b, double R, bool training)
     {
         const double r = bn_inv_std(var, eps);
         bn_grad_grad_coefficients k{};
@@ -101,5 +95,43 @@ namespace xgrad::kernels
         k.dx_g = a * r - gamma * r * r * Axh_mean;
         k.dx_x = gamma * r * r * r * (3 * Axh_mean * gxh_mean - A_gc_mean) - a * r * r * gxh_mean;
         return k;
+    }
+
+    /// The slots of a per-channel coefficient table: an elementwise output is
+    /// coef[cA] (A - coef[mA]) + coef[cG] (g - coef[mG]) + coef[cX] (x - coef[mX]) + coef[cK],
+    /// each slot holding C values (coef[q * C + c]).
+    enum bn_coefficient_slot : int
+    {
+        cA,
+        mA,
+        cG,
+        mG,
+        cX,
+        mX,
+        cK,
+        bn_slot_count
+    };
+
+    /// Stores channel c of the second-order coefficients k into the tables of d_g (cg) and d_x
+    /// (cx), bn_slot_count * C values each, rounded once to S; every slot is written, the ones
+    /// an output has no term for with 0 (d_g has no g term, d_x no constant).
+    template <class S>
+    XGRAD_HOST_DEVICE inline void bn_store_grad_grad_coefficients(S* cg, S* cx, std::int64_t C, std::int64_t c,
+                                                                  const bn_grad_grad_coefficients& k)
+    {
+        cg[cA * C + c] = static_cast<S>(k.dg_A);
+        cg[mA * C + c] = static_cast<S>(k.mean_A);
+        cg[cG * C + c] = S(0);
+        cg[mG * C + c] = S(0);
+        cg[cX * C + c] = static_cast<S>(k.dg_x);
+        cg[mX * C + c] = static_cast<S>(k.mean);
+        cg[cK * C + c] = static_cast<S>(k.dg_k);
+        cx[cA * C + c] = static_cast<S>(k.dx_A);
+        cx[mA * C + c] = static_cast<S>(k.mean_A);
+        cx[cG * C + c] = static_cast<S>(k.dx_g);
+        cx[mG * C + c] = static_cast<S>(k.mean_g);
+        cx[cX * C + c] = static_cast<S>(k.dx_x);
+        cx[mX * C + c] = static_cast<S>(k.mean);
+        cx[cK * C + c] = S(0);
     }
 }

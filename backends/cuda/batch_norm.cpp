@@ -34,7 +34,7 @@ namespace xgrad::cuda
 
         /// dy at k, or 0 where a fused ReLU's output y is not positive (y may be null).
         template <class T, class S>
-        XGRAD_HD inline S masked(const void* dy, const void* y, i64 k)
+        XGRAD_HOST_DEVICE inline S masked(const void* dy, const void* y, i64 k)
         {
             if (y && !(element<T>::load(y, k) > 0))
                 return S(0);
@@ -46,8 +46,8 @@ namespace xgrad::cuda
         struct sum_x
         {
             const void* x;
-            XGRAD_HD void channel(i64) {}
-            XGRAD_HD void operator()(i64 k, S (&acc)[1]) const { acc[0] += element<T>::load(x, k); }
+            XGRAD_HOST_DEVICE void channel(i64) {}
+            XGRAD_HOST_DEVICE void operator()(i64 k, S (&acc)[1]) const { acc[0] += element<T>::load(x, k); }
         };
 
         /// sum(d), sum(d^2), d = x - m[c]
@@ -57,8 +57,8 @@ namespace xgrad::cuda
             const void* x;
             const S* m;
             S mc = 0;
-            XGRAD_HD void channel(i64 c) { mc = m[c]; }
-            XGRAD_HD void operator()(i64 k, S (&acc)[2]) const
+            XGRAD_HOST_DEVICE void channel(i64 c) { mc = m[c]; }
+            XGRAD_HOST_DEVICE void operator()(i64 k, S (&acc)[2]) const
             {
                 const S d = element<T>::load(x, k) - mc;
                 acc[0] += d;
@@ -78,13 +78,13 @@ namespace xgrad::cuda
             void* dx = nullptr;
             const S* kf = nullptr;
             S mc = 0, kc = 0;
-            XGRAD_HD void channel(i64 c)
+            XGRAD_HOST_DEVICE void channel(i64 c)
             {
                 mc = mean[c];
                 if (dx)
                     kc = kf[c];
             }
-            XGRAD_HD void operator()(i64 k, S (&acc)[2]) const
+            XGRAD_HOST_DEVICE void operator()(i64 k, S (&acc)[2]) const
             {
                 const S g = masked<T, S>(dy, y, k);
                 acc[0] += g;
@@ -104,8 +104,8 @@ namespace xgrad::cuda
             const void* x;
             const S* mean;
             S mc = 0;
-            XGRAD_HD void channel(i64 c) { mc = mean[c]; }
-            XGRAD_HD void operator()(i64 k, S (&acc)[5]) const
+            XGRAD_HOST_DEVICE void channel(i64 c) { mc = mean[c]; }
+            XGRAD_HOST_DEVICE void operator()(i64 k, S (&acc)[5]) const
             {
                 const S d = element<T>::load(x, k) - mc;
                 const S gv = element<T>::load(g, k), av = element<T>::load(A, k);
@@ -123,8 +123,8 @@ namespace xgrad::cuda
 
         /// y = a (x - m) + b: coef[c] = scale r, coef[C + c] = mean, coef[2C + c] = offset.
         template <class S>
-        XGRAD_HD inline void normalize_coef(S* coef, i64 C, i64 c, const S* scale, const S* offset, const S* mean,
-                                            const S* var, double eps)
+        XGRAD_HOST_DEVICE inline void normalize_coef(S* coef, i64 C, i64 c, const S* scale, const S* offset,
+                                                     const S* mean, const S* var, double eps)
         {
             coef[c] = static_cast<S>(static_cast<double>(scale[c]) * bn_inv_std(static_cast<double>(var[c]), eps));
             coef[C + c] = mean[c];
@@ -134,8 +134,9 @@ namespace xgrad::cuda
         /// Training dx = k1 (g - sum_dy/R) - k1 r^2 sum_dy_xc/R (x - mean), k1 = scale r:
         /// coef = [cG, mG, cX, mX] by C.
         template <class S>
-        XGRAD_HD inline void grad_apply_coef(S* coef, i64 C, i64 c, const S* scale, const S* mean, const S* var,
-                                             const S* sum_dy, const S* sum_dy_xc, double eps, double R)
+        XGRAD_HOST_DEVICE inline void grad_apply_coef(S* coef, i64 C, i64 c, const S* scale, const S* mean,
+                                                      const S* var, const S* sum_dy, const S* sum_dy_xc, double eps,
+                                                      double R)
         {
             const double r = bn_inv_std(static_cast<double>(var[c]), eps), k1 = static_cast<double>(scale[c]) * r;
             coef[c] = static_cast<S>(k1);
@@ -152,7 +153,7 @@ namespace xgrad::cuda
         {
             S* m;
             double R;
-            XGRAD_HD void operator()(i64 c, const double (&s)[1]) const { m[c] = static_cast<S>(s[0] / R); }
+            XGRAD_HOST_DEVICE void operator()(i64 c, const double (&s)[1]) const { m[c] = static_cast<S>(s[0] / R); }
         };
 
         /// Moments, pass 2 (corrected two-pass): mean = m + sum d / R,
@@ -170,7 +171,7 @@ namespace xgrad::cuda
             const S* offset = nullptr;
             double eps = 0;
             i64 C = 0;
-            XGRAD_HD void operator()(i64 c, const double (&s)[2]) const
+            XGRAD_HOST_DEVICE void operator()(i64 c, const double (&s)[2]) const
             {
                 const double sd = s[0], sq = s[1];
                 const double v = (sq - sd * sd / R) / R;
@@ -194,7 +195,7 @@ namespace xgrad::cuda
             const S* var = nullptr;
             double eps = 0, R = 0;
             i64 C = 0;
-            XGRAD_HD void operator()(i64 c, const double (&s)[2]) const
+            XGRAD_HOST_DEVICE void operator()(i64 c, const double (&s)[2]) const
             {
                 sum_dy[c] = static_cast<S>(s[0]);
                 sum_dy_xc[c] = static_cast<S>(s[1]);
@@ -211,7 +212,7 @@ namespace xgrad::cuda
             const S* var;
             double eps;
             i64 C;
-            XGRAD_HD void operator()(i64 c, const double (&s)[5]) const
+            XGRAD_HOST_DEVICE void operator()(i64 c, const double (&s)[5]) const
             {
                 const double r = bn_inv_std(static_cast<double>(var[c]), eps);
                 sums[c] = static_cast<S>(s[0]);
@@ -234,7 +235,7 @@ namespace xgrad::cuda
             if (R == 0)
             {
                 const S nan = std::numeric_limits<S>::quiet_NaN();
-                for_each_index(C, [=] XGRAD_HD(i64 c) {
+                for_each_index(C, [=] XGRAD_HOST_DEVICE(i64 c) {
                     mo[c] = nan;
                     vo[c] = nan;
                 });
@@ -258,7 +259,7 @@ namespace xgrad::cuda
         void normalize_apply(void* y, const void* x, const S* coef, bool relu, i64 outer, i64 C, i64 inner)
         {
             const channel_map ch(outer, C, inner);
-            for_each_index(outer * C * inner, [=] XGRAD_HD(i64 i) {
+            for_each_index(outer * C * inner, [=] XGRAD_HOST_DEVICE(i64 i) {
                 const i64 c = ch(i);
                 S v = coef[c] * (element<T>::load(x, i) - coef[C + c]) + coef[2 * C + c];
                 if (relu && v < 0)
@@ -277,7 +278,7 @@ namespace xgrad::cuda
             S* coef = cbuf.as<S>();
             const S *sc = static_cast<const S*>(scale), *of = static_cast<const S*>(offset),
                     *mn = static_cast<const S*>(mean), *vr = static_cast<const S*>(var);
-            for_each_index(C, [=] XGRAD_HD(i64 c) { normalize_coef<S>(coef, C, c, sc, of, mn, vr, eps); });
+            for_each_index(C, [=] XGRAD_HOST_DEVICE(i64 c) { normalize_coef<S>(coef, C, c, sc, of, mn, vr, eps); });
             normalize_apply<T, S>(y, x, coef, relu, outer, C, inner);
         }
 
@@ -317,7 +318,7 @@ namespace xgrad::cuda
                              i64 inner)
         {
             const channel_map ch(outer, C, inner);
-            for_each_index(outer * C * inner, [=] XGRAD_HD(i64 i) {
+            for_each_index(outer * C * inner, [=] XGRAD_HOST_DEVICE(i64 i) {
                 const i64 c = ch(i);
                 const S g = masked<T, S>(dy, y, i);
                 const S v = coef[c] * (g - coef[C + c]) + coef[2 * C + c] * (element<T>::load(x, i) - coef[3 * C + c]);
@@ -337,7 +338,8 @@ namespace xgrad::cuda
                     *vr = static_cast<const S*>(var), *s1 = static_cast<const S*>(sum_dy),
                     *s2 = static_cast<const S*>(sum_dy_xc);
             const double R = static_cast<double>(outer * inner);
-            for_each_index(C, [=] XGRAD_HD(i64 c) { grad_apply_coef<S>(coef, C, c, sc, mn, vr, s1, s2, eps, R); });
+            for_each_index(
+                C, [=] XGRAD_HOST_DEVICE(i64 c) { grad_apply_coef<S>(coef, C, c, sc, mn, vr, s1, s2, eps, R); });
             grad_apply_pass<T, S>(dx, dy, x, nullptr, coef, outer, C, inner);
         }
 
@@ -365,7 +367,7 @@ namespace xgrad::cuda
             device_buffer kbuf(sizeof(S) * static_cast<std::size_t>(C));
             S* kf = kbuf.as<S>();
             const S *sc = static_cast<const S*>(scale), *vr = static_cast<const S*>(var);
-            for_each_index(C, [=] XGRAD_HD(i64 c) {
+            for_each_index(C, [=] XGRAD_HOST_DEVICE(i64 c) {
                 kf[c] = static_cast<S>(static_cast<double>(sc[c]) * bn_inv_std(static_cast<double>(vr[c]), eps));
             });
             sum_grad<T, S> term{dy, x, y, static_cast<const S*>(mean)};
@@ -387,17 +389,15 @@ namespace xgrad::cuda
         /// d_g = cg[cA] (A - cg[mA]) + cg[cX] (x - cg[mX]) + cg[cK];
         /// d_x = cx[cA] (A - cx[mA]) + cx[cG] (g - cx[mG]) + cx[cX] (x - cx[mX]) (training),
         ///       cx[cG] g (inference).
-        enum gg_index : int
-        {
-            cA,
-            mA,
-            cG,
-            mG,
-            cX,
-            mX,
-            cK,
-            n_gg
-        };
+        // The slots of the coefficient tables (backends/common/batch_norm_coefficients.hpp).
+        using kernels::cA;
+        using kernels::cG;
+        using kernels::cK;
+        using kernels::cX;
+        using kernels::mA;
+        using kernels::mG;
+        using kernels::mX;
+        constexpr int n_gg = kernels::bn_slot_count;
 
         template <class T, class S>
         void grad_grad_apply(void* d_g, void* d_x, const void* A, const void* g, const void* x, const void* scale,
@@ -413,28 +413,16 @@ namespace xgrad::cuda
                     *vr = static_cast<const S*>(var), *ap = static_cast<const S*>(a), *bp = static_cast<const S*>(b),
                     *sp = static_cast<const S*>(sums);
             const double R = static_cast<double>(outer * inner);
-            for_each_index(C, [=] XGRAD_HD(i64 c) {
+            for_each_index(C, [=] XGRAD_HOST_DEVICE(i64 c) {
                 kernels::bn_grad_grad_sums cs{}; // read in training only
                 if (training)
                     cs = {sp[c], sp[C + c], sp[2 * C + c], sp[3 * C + c], sp[4 * C + c]};
                 const auto k = kernels::bn_grad_grad_coefficients_of(sc[c], mn[c], vr[c], eps, cs, ap[c], bp[c], R,
                                                                      training);
-                cg[cA * C + c] = static_cast<S>(k.dg_A);
-                cg[mA * C + c] = static_cast<S>(k.mean_A);
-                cg[cG * C + c] = cg[mG * C + c] = S(0);
-                cg[cX * C + c] = static_cast<S>(k.dg_x);
-                cg[mX * C + c] = static_cast<S>(k.mean);
-                cg[cK * C + c] = static_cast<S>(k.dg_k);
-                cx[cA * C + c] = static_cast<S>(k.dx_A);
-                cx[mA * C + c] = static_cast<S>(k.mean_A);
-                cx[cG * C + c] = static_cast<S>(k.dx_g);
-                cx[mG * C + c] = static_cast<S>(k.mean_g);
-                cx[cX * C + c] = static_cast<S>(k.dx_x);
-                cx[mX * C + c] = static_cast<S>(k.mean);
-                cx[cK * C + c] = S(0);
+                kernels::bn_store_grad_grad_coefficients(cg, cx, C, c, k);
             });
             const channel_map ch(outer, C, inner);
-            for_each_index(outer * C * inner, [=] XGRAD_HD(i64 i) {
+            for_each_index(outer * C * inner, [=] XGRAD_HOST_DEVICE(i64 i) {
                 const i64 c = ch(i);
                 // Read only what the wanted outputs use: A and x feed d_g and the training d_x.
                 const bool ax = d_g || training;

@@ -81,7 +81,7 @@ namespace xgrad::cuda::bn_detail
     {
         const lane_plan p = plan;
         const i64 C = p.C, P = p.P;
-        for_each_index(C * P, [=] XGRAD_HD(i64 t) {
+        for_each_index(C * P, [=] XGRAD_HOST_DEVICE(i64 t) {
             i64 c = 0, l = 0;
             if (p.channels_last)
             {
@@ -123,7 +123,7 @@ namespace xgrad::cuda::bn_detail
     template <class S>
     void fold_level(const S* in, i64 rows, i64 P, S* out, i64 Q)
     {
-        for_each_index(rows * Q, [=] XGRAD_HD(i64 t) {
+        for_each_index(rows * Q, [=] XGRAD_HOST_DEVICE(i64 t) {
             const i64 row = t / Q, q = t - row * Q;
             const S* src = in + row * P;
             S s = S(0);
@@ -139,7 +139,7 @@ namespace xgrad::cuda::bn_detail
     void finish_channels(const S* in, i64 C, i64 P, const Finish& finish)
     {
         const Finish fin = finish;
-        for_each_index(C, [=] XGRAD_HD(i64 c) {
+        for_each_index(C, [=] XGRAD_HOST_DEVICE(i64 c) {
             double s[K];
             for (int k = 0; k < K; ++k)
             {
@@ -193,7 +193,7 @@ namespace xgrad::cuda::bn_detail
         {
         }
 
-        XGRAD_HD i64 operator()(i64 i) const
+        XGRAD_HOST_DEVICE i64 operator()(i64 i) const
         {
             if (narrow)
             {

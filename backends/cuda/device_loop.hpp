@@ -1,11 +1,11 @@
 #pragma once
 // Internal to the CUDA backend: what its Thrust sources share. Each kernel is a Thrust
-// for_each over an index range with a `XGRAD_HD` functor or lambda, so nvcc compiles it into a
+// for_each over an index range with a `XGRAD_HOST_DEVICE` functor or lambda, so nvcc compiles it into a
 // CUDA kernel and g++ (XGRAD_CUDA_ON_CPU) into an OpenMP loop; the same source is tested on
 // both.
 //
 // Writing a kernel here:
-// - Device lambdas are `[=] XGRAD_HD (std::int64_t i) { ... }` (nvcc's extended lambdas): they
+// - Device lambdas are `[=] XGRAD_HOST_DEVICE (std::int64_t i) { ... }` (nvcc's extended lambdas): they
 //   capture by value only, and may not sit inside a generic lambda, so choose the element type
 //   with a switch over the dtype that calls a template function.
 // - Host-side arrays go to the device by value inside a struct (nd_index below), never
@@ -30,15 +30,6 @@
 #include <thrust/system/cuda/execution_policy.h>
 #else
 #include <thrust/system/omp/execution_policy.h>
-#endif
-/// Marks functions and lambdas that run on the device (and on the host). The same definition
-/// as in backends/common/batch_norm_coefficients.hpp, whichever header comes first.
-#ifndef XGRAD_HD
-#if defined(__CUDACC__)
-#define XGRAD_HD __host__ __device__
-#else
-#define XGRAD_HD
-#endif
 #endif
 
 namespace xgrad::cuda::detail
@@ -97,7 +88,7 @@ namespace xgrad::cuda::detail
         bool contiguous[N] = {}; // operand k's offset is the flat index itself
 
         /// off[k] = element offset of flat index i in operand k.
-        XGRAD_HD void offsets(std::int64_t i, std::int64_t (&off)[N]) const
+        XGRAD_HOST_DEVICE void offsets(std::int64_t i, std::int64_t (&off)[N]) const
         {
             for (std::size_t k = 0; k < N; ++k)
                 off[k] = 0;
@@ -143,18 +134,18 @@ namespace xgrad::cuda::detail
     struct element
     {
         using compute_type = T;
-        XGRAD_HD static T load(const void* p, std::int64_t i) { return static_cast<const T*>(p)[i]; }
-        XGRAD_HD static void store(void* p, std::int64_t i, T v) { static_cast<T*>(p)[i] = v; }
+        XGRAD_HOST_DEVICE static T load(const void* p, std::int64_t i) { return static_cast<const T*>(p)[i]; }
+        XGRAD_HOST_DEVICE static void store(void* p, std::int64_t i, T v) { static_cast<T*>(p)[i] = v; }
     };
     template <>
     struct element<float16_t>
     {
         using compute_type = float;
-        XGRAD_HD static float load(const void* p, std::int64_t i)
+        XGRAD_HOST_DEVICE static float load(const void* p, std::int64_t i)
         {
             return to_float(float16_t{static_cast<const std::uint16_t*>(p)[i]});
         }
-        XGRAD_HD static void store(void* p, std::int64_t i, float v)
+        XGRAD_HOST_DEVICE static void store(void* p, std::int64_t i, float v)
         {
             static_cast<std::uint16_t*>(p)[i] = to_float16(v).bits;
         }
@@ -163,11 +154,11 @@ namespace xgrad::cuda::detail
     struct element<bfloat16_t>
     {
         using compute_type = float;
-        XGRAD_HD static float load(const void* p, std::int64_t i)
+        XGRAD_HOST_DEVICE static float load(const void* p, std::int64_t i)
         {
             return to_float(bfloat16_t{static_cast<const std::uint16_t*>(p)[i]});
         }
-        XGRAD_HD static void store(void* p, std::int64_t i, float v)
+        XGRAD_HOST_DEVICE static void store(void* p, std::int64_t i, float v)
         {
             static_cast<std::uint16_t*>(p)[i] = to_bfloat16(v).bits;
         }

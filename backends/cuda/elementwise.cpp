@@ -56,7 +56,7 @@ namespace xgrad::cuda
             nd_index<N> ix;
             Body body;
 
-            XGRAD_HD void operator()(std::int64_t i) const
+            XGRAD_HOST_DEVICE void operator()(std::int64_t i) const
             {
                 std::int64_t off[N];
                 if constexpr (Flat)
@@ -93,7 +93,7 @@ namespace xgrad::cuda
         {
             T* out;
             T value;
-            XGRAD_HD void operator()(const std::int64_t (&off)[1]) const { out[off[0]] = value; }
+            XGRAD_HOST_DEVICE void operator()(const std::int64_t (&off)[1]) const { out[off[0]] = value; }
         };
 
         template <class O, class X>
@@ -101,7 +101,7 @@ namespace xgrad::cuda
         {
             O* out;
             const X* x;
-            XGRAD_HD void operator()(const std::int64_t (&off)[2]) const
+            XGRAD_HOST_DEVICE void operator()(const std::int64_t (&off)[2]) const
             {
                 out[off[0]] = kernels::detail::convert<O>(x[off[1]]);
             }
@@ -113,7 +113,10 @@ namespace xgrad::cuda
             T* out;
             const T* x;
             unary_op op;
-            XGRAD_HD void operator()(const std::int64_t (&off)[2]) const { out[off[0]] = apply(op, x[off[1]]); }
+            XGRAD_HOST_DEVICE void operator()(const std::int64_t (&off)[2]) const
+            {
+                out[off[0]] = apply(op, x[off[1]]);
+            }
         };
 
         template <class T>
@@ -123,7 +126,7 @@ namespace xgrad::cuda
             const T* a;
             const T* b;
             binary_op op;
-            XGRAD_HD void operator()(const std::int64_t (&off)[3]) const
+            XGRAD_HOST_DEVICE void operator()(const std::int64_t (&off)[3]) const
             {
                 out[off[0]] = apply(op, a[off[1]], b[off[2]]);
             }
@@ -136,7 +139,7 @@ namespace xgrad::cuda
             const T* cond;
             const T* a;
             const T* b;
-            XGRAD_HD void operator()(const std::int64_t (&off)[4]) const
+            XGRAD_HOST_DEVICE void operator()(const std::int64_t (&off)[4]) const
             {
                 out[off[0]] = cond[off[1]] != T(0) ? a[off[2]] : b[off[3]];
             }

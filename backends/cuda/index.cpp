@@ -40,7 +40,7 @@ namespace xgrad::cuda
             const std::int64_t lanes = std::min<std::int64_t>(n, 4096);
             detail::device_buffer buf(sizeof(std::int64_t) * static_cast<std::size_t>(lanes + 1));
             std::int64_t* firsts = buf.as<std::int64_t>();
-            detail::for_each_index(lanes, [=] XGRAD_HD(std::int64_t l) {
+            detail::for_each_index(lanes, [=] XGRAD_HOST_DEVICE(std::int64_t l) {
                 std::int64_t found = n;
                 for (std::int64_t i = l; i < n; i += lanes)
                     if (idx[i] < 0 || idx[i] >= limit)
@@ -50,7 +50,7 @@ namespace xgrad::cuda
                     }
                 firsts[l] = found;
             });
-            detail::for_each_index(1, [=] XGRAD_HD(std::int64_t) {
+            detail::for_each_index(1, [=] XGRAD_HOST_DEVICE(std::int64_t) {
                 std::int64_t m = n;
                 for (std::int64_t l = 0; l < lanes; ++l)
                     m = firsts[l] < m ? firsts[l] : m;
@@ -82,7 +82,7 @@ namespace xgrad::cuda
         template <class U>
         void one_hot_bits(U* out, const std::int64_t* labels, std::int64_t n, std::int64_t classes, U zero, U one)
         {
-            detail::for_each_index(n * classes, [=] XGRAD_HD(std::int64_t i) {
+            detail::for_each_index(n * classes, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 const std::int64_t row = i / classes;
                 out[i] = labels[row] == i - row * classes ? one : zero;
             });
@@ -91,7 +91,7 @@ namespace xgrad::cuda
         template <class U>
         void take_bits(U* out, const U* x, const std::int64_t* idx, std::int64_t n)
         {
-            detail::for_each_index(n, [=] XGRAD_HD(std::int64_t i) { out[i] = x[idx[i]]; });
+            detail::for_each_index(n, [=] XGRAD_HOST_DEVICE(std::int64_t i) { out[i] = x[idx[i]]; });
         }
 
         /// The bits of 1 in dt.
@@ -118,9 +118,9 @@ namespace xgrad::cuda
 
         /// The taps k of one axis whose position o * stride - pad + k * dilation lies in
         /// [0, extent): [first, last), as the CPU kernel's inside_taps.
-        XGRAD_HD inline void inside_taps(std::int64_t o, std::int64_t stride, std::int64_t pad, std::int64_t dilation,
-                                         std::int64_t kernel, std::int64_t extent, std::int64_t& first,
-                                         std::int64_t& last)
+        XGRAD_HOST_DEVICE inline void inside_taps(std::int64_t o, std::int64_t stride, std::int64_t pad,
+                                                  std::int64_t dilation, std::int64_t kernel, std::int64_t extent,
+                                                  std::int64_t& first, std::int64_t& last)
         {
             const std::int64_t start = o * stride - pad;
             first = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
@@ -153,7 +153,7 @@ namespace xgrad::cuda
                 dim.s[k] = order[k];
             }
             const std::int64_t numel = d.n * d.c * d.oh * d.ow;
-            detail::for_each_index(numel, [=] XGRAD_HD(std::int64_t i) {
+            detail::for_each_index(numel, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 std::int64_t ix[4]; // n, c, oh, ow
                 for (int k = 3; k > 0; --k)
                 {
@@ -217,7 +217,7 @@ namespace xgrad::cuda
         {
             using E = detail::element<T>;
             using A = typename sum_type<T>::type;
-            detail::for_each_index(out_numel, [=] XGRAD_HD(std::int64_t o) {
+            detail::for_each_index(out_numel, [=] XGRAD_HOST_DEVICE(std::int64_t o) {
                 // lower bound of o in keys[0, n)
                 std::int64_t lo = 0, hi = n;
                 while (lo < hi)
@@ -291,7 +291,7 @@ namespace xgrad::cuda
         std::int64_t* pos = pos_buf.as<std::int64_t>();
         if (n > 0)
         {
-            detail::for_each_index(n, [=] XGRAD_HD(std::int64_t i) {
+            detail::for_each_index(n, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 keys[i] = idx[i];
                 pos[i] = i;
             });

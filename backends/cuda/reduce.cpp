@@ -66,7 +66,7 @@ namespace xgrad::cuda
 
         /// The accumulator: double for sums, the dtype itself for max.
         template <class A>
-        XGRAD_HD A combine(reduce_op op, A acc, A v)
+        XGRAD_HOST_DEVICE A combine(reduce_op op, A acc, A v)
         {
             if (op == reduce_op::sum)
                 return acc + v;
@@ -86,7 +86,7 @@ namespace xgrad::cuda
             bool output_major; // t = k * L + j (else t = j * K + k)
             reduce_op op;
 
-            XGRAD_HD std::int64_t offset(std::int64_t r) const
+            XGRAD_HOST_DEVICE std::int64_t offset(std::int64_t r) const
             {
                 if constexpr (FlatRed)
                     return red.contiguous[0] ? r : 0;
@@ -98,7 +98,7 @@ namespace xgrad::cuda
                 }
             }
 
-            XGRAD_HD void operator()(std::int64_t t) const
+            XGRAD_HOST_DEVICE void operator()(std::int64_t t) const
             {
                 std::int64_t k, j;
                 if (output_major)
@@ -135,7 +135,7 @@ namespace xgrad::cuda
             std::int64_t lanes;
             reduce_op op;
 
-            XGRAD_HD void operator()(std::int64_t k) const
+            XGRAD_HOST_DEVICE void operator()(std::int64_t k) const
             {
                 A* v = partial + k * lanes;
                 for (std::int64_t step = 1; step < lanes; step *= 2)
@@ -155,7 +155,7 @@ namespace xgrad::cuda
             nd_index<2> kept;
             T value;
 
-            XGRAD_HD void operator()(std::int64_t k) const
+            XGRAD_HOST_DEVICE void operator()(std::int64_t k) const
             {
                 std::int64_t ko[2];
                 kept.offsets(k, ko);
@@ -234,7 +234,7 @@ namespace xgrad::cuda
             nd_index<2> kept; // operand 0: x, operand 1: out
             std::int64_t extent, stride;
 
-            XGRAD_HD void operator()(std::int64_t k) const
+            XGRAD_HOST_DEVICE void operator()(std::int64_t k) const
             {
                 std::int64_t ko[2];
                 kept.offsets(k, ko);

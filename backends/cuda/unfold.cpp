@@ -37,7 +37,7 @@ namespace xgrad::cuda
             std::int64_t numel = 1;
 
             /// The logical indices of flat position i (0 for dimensions of extent 1).
-            XGRAD_HD void indices(std::int64_t i, std::int64_t (&ix)[N]) const
+            XGRAD_HOST_DEVICE void indices(std::int64_t i, std::int64_t (&ix)[N]) const
             {
                 for (int k = 0; k < N; ++k)
                     ix[k] = 0;
@@ -114,7 +114,7 @@ namespace xgrad::cuda
         {
             const std::int64_t ext[6] = {d.n, d.c, d.kh, d.kw, d.oh, d.ow};
             const ordered_walk<6> walk = make_walk(ext, cs.s);
-            detail::for_each_index(walk.numel, [=] XGRAD_HD(std::int64_t i) {
+            detail::for_each_index(walk.numel, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 std::int64_t ix[6];
                 walk.indices(i, ix); // n, c, kh, kw, oh, ow
                 const std::int64_t h = ix[4] * d.sh - d.ph + ix[2] * d.dh;
@@ -146,8 +146,9 @@ namespace xgrad::cuda
         /// The taps k of one axis whose window can read input position p: those with
         /// t = p + pad - k * dilation in [0, (count - 1) * stride]. Returns [lo, hi); the
         /// divisibility of t by the stride is tested per tap.
-        XGRAD_HD inline void tap_bounds(std::int64_t p, std::int64_t pad, std::int64_t dilation, std::int64_t stride,
-                                        std::int64_t count, std::int64_t taps, std::int64_t& lo, std::int64_t& hi)
+        XGRAD_HOST_DEVICE inline void tap_bounds(std::int64_t p, std::int64_t pad, std::int64_t dilation,
+                                                 std::int64_t stride, std::int64_t count, std::int64_t taps,
+                                                 std::int64_t& lo, std::int64_t& hi)
         {
             const std::int64_t top = p + pad;                       // t for k = 0
             const std::int64_t excess = top - (count - 1) * stride; // t <= (count-1)*stride <=> k*dil >= excess
@@ -166,7 +167,7 @@ namespace xgrad::cuda
             using A = typename E::compute_type; // float for 16-bit and float32, double for float64
             const std::int64_t ext[4] = {d.n, d.c, d.h, d.w};
             const ordered_walk<4> walk = make_walk(ext, xs.s);
-            detail::for_each_index(walk.numel, [=] XGRAD_HD(std::int64_t i) {
+            detail::for_each_index(walk.numel, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 std::int64_t ix[4];
                 walk.indices(i, ix); // n, c, h, w
                 std::int64_t kh0, kh1, kw0, kw1;

@@ -58,18 +58,16 @@ namespace xgrad::cpu
         template <class S>
         std::vector<S> coef_table(std::int64_t C)
         {
-            return std::vector<S>(static_cast<std::size_t>(7 * C), S(0));
+            return std::vector<S>(static_cast<std::size_t>(kernels::bn_slot_count * C), S(0));
         }
-        enum coef_index : int
-        {
-            cA,
-            mA,
-            cG,
-            mG,
-            cX,
-            mX,
-            cK
-        };
+        // The slots of the coefficient tables (backends/common/batch_norm_coefficients.hpp).
+        using kernels::cA;
+        using kernels::cG;
+        using kernels::cK;
+        using kernels::cX;
+        using kernels::mA;
+        using kernels::mG;
+        using kernels::mX;
 
         template <class S>
         double at(const void* p, std::int64_t i) noexcept
@@ -401,18 +399,8 @@ namespace xgrad::cpu
                 const auto k = kernels::bn_grad_grad_coefficients_of(at<S>(scale, c), at<S>(mean, c), at<S>(var, c),
                                                                      eps, cs, at<S>(a, c), at<S>(b, c), R, training);
                 // d_g = cA (A - mA) + cX (x - mX) + cK
-                cg[cA * C + c] = static_cast<S>(k.dg_A);
-                cg[mA * C + c] = static_cast<S>(k.mean_A);
-                cg[cX * C + c] = static_cast<S>(k.dg_x);
-                cg[mX * C + c] = static_cast<S>(k.mean);
-                cg[cK * C + c] = static_cast<S>(k.dg_k);
                 // d_x = cA (A - mA) + cG (g - mG) + cX (x - mX); inference: cG g (a and x not read)
-                cx[cA * C + c] = static_cast<S>(k.dx_A);
-                cx[mA * C + c] = static_cast<S>(k.mean_A);
-                cx[cG * C + c] = static_cast<S>(k.dx_g);
-                cx[mG * C + c] = static_cast<S>(k.mean_g);
-                cx[cX * C + c] = static_cast<S>(k.dx_x);
-                cx[mX * C + c] = static_cast<S>(k.mean);
+                kernels::bn_store_grad_grad_coefficients(cg.data(), cx.data(), C, c, k);
             }
             affine_out<T, S> outs[2];
             int n = 0;
