@@ -10,56 +10,16 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/support/batch_norm_api_helpers.hpp"
 #include "xgrad/compat/tensorflow.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
 namespace tf = xgrad::compat::tensorflow;
+using namespace bn_api_test;
 
 namespace
 {
-    /// Same shape, dtype and bytes (contiguous copies are compared).
-    void check_same_bits(const tensor& a, const tensor& b, const char* what)
-    {
-        INFO(what);
-        REQUIRE(a.defined());
-        REQUIRE(b.defined());
-        REQUIRE(a.shape() == b.shape());
-        REQUIRE(a.dtype() == b.dtype());
-        CHECK(a.device() == b.device());
-        const tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
-        const std::size_t nbytes = static_cast<std::size_t>(a.numel()) * itemsize(a.dtype());
-        CHECK(std::memcmp(ac.data_ptr(), bc.data_ptr(), nbytes) == 0);
-    }
-
-    batch_norm_attrs free_attrs(const char* format, bool training, float eps, float factor = 1.0f)
-    {
-        batch_norm_attrs a;
-        a.data_format = format;
-        a.is_training = training;
-        a.epsilon = eps;
-        a.exponential_avg_factor = factor;
-        return a;
-    }
-
-    /// Inputs of one case: x of `shape` with C channels, per-channel tensors of length C.
-    struct bn_inputs
-    {
-        tensor x, dy, scale, offset, mean, variance;
-    };
-
-    bn_inputs make_inputs(const shape_type& shape, std::int64_t C, std::uint64_t seed)
-    {
-        generator gen(seed);
-        bn_inputs in;
-        in.x = randn(shape, gen) * 2.0 + 0.5;
-        in.dy = randn(shape, gen);
-        in.scale = rand({C}, gen, dtype::float32, cpu_device, 0.5, 1.5);
-        in.offset = randn({C}, gen);
-        in.mean = randn({C}, gen) * 0.1;
-        in.variance = rand({C}, gen, dtype::float32, cpu_device, 0.5, 2.0);
-        return in;
-    }
 
     /// The inputs with x and dy in `dt` and the per-channel tensors in its statistics dtype.
     bn_inputs with_dtype(const bn_inputs& in, dtype dt)
@@ -255,7 +215,7 @@ TEST_CASE("the classes with Attrs equal the core functions with the same attribu
             const tf::ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, in.mean, in.variance,
                                                fa.ExponentialAvgFactor(factor));
             const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance,
-                                                                   free_attrs("NCHW", training, eps, factor));
+                                                                   make_attrs("NCHW", training, eps, factor));
             check_same_bits(bn.y, ref.y, "y");
             check_same_bits(bn.batch_mean, ref.batch_mean, "batch_mean");
             check_same_bits(bn.batch_variance, ref.batch_variance, "batch_variance");
@@ -263,7 +223,7 @@ TEST_CASE("the classes with Attrs equal the core functions with the same attribu
             check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
             check_same_bits(bn.reserve_space_3, ref.reserve_space_3, "reserve_space_3");
 
-            const batch_norm_attrs ga = free_attrs("NCHW", training, eps);
+            const batch_norm_attrs ga = make_attrs("NCHW", training, eps);
             const auto g3a = tf::ops::FusedBatchNormGradV3::Attrs().Epsilon(eps).IsTraining(training);
             const tf::ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
                                                    bn.reserve_space_3, g3a.DataFormat("NCHW"));
@@ -300,13 +260,13 @@ TEST_CASE("5-D layouts go through FusedBatchNormV3 and FusedBatchNormGradV3")
         const tf::ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, in.mean, in.variance,
                                            tf::ops::FusedBatchNormV3::DataFormat(format));
         const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance,
-                                                               free_attrs(format, true, 0.0001f));
+                                                               make_attrs(format, true, 0.0001f));
         check_same_bits(bn.y, ref.y, "y");
         const tf::ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
                                               bn.reserve_space_3, tf::ops::FusedBatchNormGradV3::DataFormat(format));
         const batch_norm_grad_result r = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
                                                                bn.reserve_space_2, bn.reserve_space_3,
-                                                               free_attrs(format, true, 0.0001f));
+                                                               make_attrs(format, true, 0.0001f));
         check_same_bits(g.x_backprop, r.x_backprop, "x_backprop");
         check_same_bits(g.scale_backprop, r.scale_backprop, "scale_backprop");
         check_same_bits(g.offset_backprop, r.offset_backprop, "offset_backprop");

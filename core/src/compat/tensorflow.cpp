@@ -64,53 +64,51 @@ namespace xgrad::compat::tensorflow
     {
         // --- Attrs setters: modified copies, so that a chain never changes its source ----------
 
+        namespace
+        {
+            /// A copy of `attrs` with one member set to `value`.
+            template <class A, class M, class V>
+            A with_member(const A& attrs, M A::*member, V&& value)
+            {
+                A r = attrs;
+                r.*member = std::forward<V>(value);
+                return r;
+            }
+        }
+
         FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::Epsilon(float x) const
         {
-            Attrs r = *this;
-            r.epsilon_ = x;
-            return r;
+            return with_member(*this, &FusedBatchNormV3::Attrs::epsilon_, x);
         }
 
         FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::ExponentialAvgFactor(float x) const
         {
-            Attrs r = *this;
-            r.exponential_avg_factor_ = x;
-            return r;
+            return with_member(*this, &FusedBatchNormV3::Attrs::exponential_avg_factor_, x);
         }
 
         FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::DataFormat(std::string_view x) const
         {
-            Attrs r = *this;
-            r.data_format_ = std::string(x);
-            return r;
+            return with_member(*this, &FusedBatchNormV3::Attrs::data_format_, std::string(x));
         }
 
         FusedBatchNormV3::Attrs FusedBatchNormV3::Attrs::IsTraining(bool x) const
         {
-            Attrs r = *this;
-            r.is_training_ = x;
-            return r;
+            return with_member(*this, &FusedBatchNormV3::Attrs::is_training_, x);
         }
 
         detail::fused_batch_norm_grad_attrs detail::fused_batch_norm_grad_attrs::Epsilon(float x) const
         {
-            fused_batch_norm_grad_attrs r = *this;
-            r.epsilon_ = x;
-            return r;
+            return with_member(*this, &detail::fused_batch_norm_grad_attrs::epsilon_, x);
         }
 
         detail::fused_batch_norm_grad_attrs detail::fused_batch_norm_grad_attrs::DataFormat(std::string_view x) const
         {
-            fused_batch_norm_grad_attrs r = *this;
-            r.data_format_ = std::string(x);
-            return r;
+            return with_member(*this, &detail::fused_batch_norm_grad_attrs::data_format_, std::string(x));
         }
 
         detail::fused_batch_norm_grad_attrs detail::fused_batch_norm_grad_attrs::IsTraining(bool x) const
         {
-            fused_batch_norm_grad_attrs r = *this;
-            r.is_training_ = x;
-            return r;
+            return with_member(*this, &detail::fused_batch_norm_grad_attrs::is_training_, x);
         }
 
         // --- FusedBatchNormV3 ------------------------------------------------------------------

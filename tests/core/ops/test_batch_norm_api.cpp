@@ -9,54 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/batch_norm_api_helpers.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
-
-namespace
-{
-    /// Same shape, dtype and bytes (contiguous copies are compared).
-    void check_same_bits(const tensor& a, const tensor& b, const char* what)
-    {
-        INFO(what);
-        REQUIRE(a.defined());
-        REQUIRE(b.defined());
-        REQUIRE(a.shape() == b.shape());
-        REQUIRE(a.dtype() == b.dtype());
-        const tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
-        const std::size_t nbytes = static_cast<std::size_t>(a.numel()) * itemsize(a.dtype());
-        CHECK(std::memcmp(ac.data_ptr(), bc.data_ptr(), nbytes) == 0);
-    }
-
-    batch_norm_attrs make_attrs(const char* format, bool training, float eps = 0.0001f, float factor = 1.0f)
-    {
-        batch_norm_attrs a;
-        a.data_format = format;
-        a.is_training = training;
-        a.epsilon = eps;
-        a.exponential_avg_factor = factor;
-        return a;
-    }
-
-    /// Inputs of one case: x of `shape` with C channels, per-channel tensors of length C.
-    struct bn_inputs
-    {
-        tensor x, dy, scale, offset, mean, variance;
-    };
-
-    bn_inputs make_inputs(const shape_type& shape, std::int64_t C, std::uint64_t seed)
-    {
-        generator gen(seed);
-        bn_inputs in;
-        in.x = randn(shape, gen) * 2.0 + 0.5;
-        in.dy = randn(shape, gen);
-        in.scale = rand({C}, gen, dtype::float32, cpu_device, 0.5, 1.5);
-        in.offset = randn({C}, gen);
-        in.mean = randn({C}, gen) * 0.1;
-        in.variance = rand({C}, gen, dtype::float32, cpu_device, 0.5, 2.0);
-        return in;
-    }
-}
+using namespace bn_api_test;
 
 TEST_CASE("batch_norm_attrs: the contract's defaults, which the default arguments use")
 {
