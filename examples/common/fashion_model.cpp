@@ -1,5 +1,5 @@
 // The Fashion-MNIST classifier (see fashion_model.hpp).
-#include "common/fashion_model.hpp"
+#include "fashion_model.hpp"
 
 namespace xgrad::examples
 {
