@@ -99,26 +99,31 @@ namespace xgrad::kernels
 
     /// The slots of a per-channel coefficient table: an elementwise output is
     /// coef[cA] (A - coef[mA]) + coef[cG] (g - coef[mG]) + coef[cX] (x - coef[mX]) + coef[cK],
-    /// each slot holding C values (coef[q * C + c]).
-    enum bn_coefficient_slot : int
+    /// each slot holding C values (coef[q * C + c]). In a namespace of their own, so that a
+    /// kernel file names them unqualified with one `using namespace kernels::bn_slot;`.
+    namespace bn_slot
     {
-        cA,
-        mA,
-        cG,
-        mG,
-        cX,
-        mX,
-        cK,
-        bn_slot_count
-    };
+        enum slot : int
+        {
+            cA,
+            mA,
+            cG,
+            mG,
+            cX,
+            mX,
+            cK,
+            count
+        };
+    }
 
     /// Stores channel c of the second-order coefficients k into the tables of d_g (cg) and d_x
-    /// (cx), bn_slot_count * C values each, rounded once to S; every slot is written, the ones
+    /// (cx), bn_slot::count * C values each, rounded once to S; every slot is written, the ones
     /// an output has no term for with 0 (d_g has no g term, d_x no constant).
     template <class S>
     XGRAD_HOST_DEVICE inline void bn_store_grad_grad_coefficients(S* cg, S* cx, std::int64_t C, std::int64_t c,
                                                                   const bn_grad_grad_coefficients& k)
     {
+        using namespace bn_slot;
         cg[cA * C + c] = static_cast<S>(k.dg_A);
         cg[mA * C + c] = static_cast<S>(k.mean_A);
         cg[cG * C + c] = S(0);

@@ -390,14 +390,8 @@ namespace xgrad::cuda
         /// d_x = cx[cA] (A - cx[mA]) + cx[cG] (g - cx[mG]) + cx[cX] (x - cx[mX]) (training),
         ///       cx[cG] g (inference).
         // The slots of the coefficient tables (backends/common/batch_norm_coefficients.hpp).
-        using kernels::cA;
-        using kernels::cG;
-        using kernels::cK;
-        using kernels::cX;
-        using kernels::mA;
-        using kernels::mG;
-        using kernels::mX;
-        constexpr int n_gg = kernels::bn_slot_count;
+        using namespace kernels::bn_slot;
+        constexpr int n_gg = kernels::bn_slot::count;
 
         template <class T, class S>
         void grad_grad_apply(void* d_g, void* d_x, const void* A, const void* g, const void* x, const void* scale,

@@ -58,16 +58,10 @@ namespace xgrad::cpu
         template <class S>
         std::vector<S> coef_table(std::int64_t C)
         {
-            return std::vector<S>(static_cast<std::size_t>(kernels::bn_slot_count * C), S(0));
+            return std::vector<S>(static_cast<std::size_t>(kernels::bn_slot::count * C), S(0));
         }
         // The slots of the coefficient tables (backends/common/batch_norm_coefficients.hpp).
-        using kernels::cA;
-        using kernels::cG;
-        using kernels::cK;
-        using kernels::cX;
-        using kernels::mA;
-        using kernels::mG;
-        using kernels::mX;
+        using namespace kernels::bn_slot;
 
         template <class S>
         double at(const void* p, std::int64_t i) noexcept
