@@ -42,26 +42,38 @@ namespace xgrad
             return s;
         }
 
+        /// x seen as the reduce kernels take it: the kept axes first, then the reduced ones.
+        struct reduce_view
+        {
+            shape_type shape, kept; // all extents in that order; the kept ones alone
+            strides_type strides;
+        };
+
+        reduce_view kept_then_reduced(const tensor& x, const std::vector<bool>& mask)
+        {
+            reduce_view v;
+            for (int pass = 0; pass < 2; ++pass)
+                for (std::size_t i = 0; i < mask.size(); ++i)
+                    if (mask[i] == (pass == 1))
+                    {
+                        v.shape.push_back(x.shape()[i]);
+                        v.strides.push_back(x.strides()[i]);
+                        if (pass == 0)
+                            v.kept.push_back(x.shape()[i]);
+                    }
+            return v;
+        }
+
         /// Runs the reduce kernel; returns the result with keepdim shape.
         tensor reduce_forward(const tensor& x, const std::vector<bool>& mask, kernels::reduce_op op)
         {
             const dtype cdt = compute_dtype(x.dtype());
             const tensor xc = detail::raw_cast(x, cdt);
-            shape_type shape, kept;
-            strides_type strides;
-            for (int pass = 0; pass < 2; ++pass) // kept axes first, then reduced axes
-                for (std::size_t i = 0; i < mask.size(); ++i)
-                    if (mask[i] == (pass == 1))
-                    {
-                        shape.push_back(xc.shape()[i]);
-                        strides.push_back(xc.strides()[i]);
-                        if (pass == 0)
-                            kept.push_back(xc.shape()[i]);
-                    }
-            tensor out = detail::empty(kept, cdt, x.device());
+            const reduce_view v = kept_then_reduced(xc, mask);
+            tensor out = detail::empty(v.kept, cdt, x.device());
             detail::backend_for(x.device())
-                .reduce(out.data_ptr(), out.strides().data(), xc.data_ptr(), strides.data(), cdt,
-                        static_cast<int>(shape.size()), static_cast<int>(kept.size()), shape.data(), op);
+                .reduce(out.data_ptr(), out.strides().data(), xc.data_ptr(), v.strides.data(), cdt,
+                        static_cast<int>(v.shape.size()), static_cast<int>(v.kept.size()), v.shape.data(), op);
             const shape_type ks = keepdim_shape(x, mask);
             out = detail::alias(out, ks, contiguous_strides(ks), 0);
             return detail::raw_cast(out, x.dtype());
@@ -142,25 +154,16 @@ namespace xgrad
         // float16/bfloat16 widen exactly to float32 (order and NaN kept); int64 stays as it is.
         const dtype kdt = x.dtype() == dtype::int64 ? dtype::int64 : compute_dtype(x.dtype());
         const tensor xc = detail::raw_cast(x, kdt);
-        shape_type shape, kept;
-        strides_type strides;
-        for (std::size_t i = 0; i < xc.shape().size(); ++i)
-            if (i != du)
-            {
-                shape.push_back(xc.shape()[i]);
-                strides.push_back(xc.strides()[i]);
-                kept.push_back(xc.shape()[i]);
-            }
-        shape.push_back(xc.shape()[du]);
-        strides.push_back(xc.strides()[du]);
-        tensor out = detail::empty(kept, dtype::int64, x.device());
+        std::vector<bool> mask(static_cast<std::size_t>(x.dim()), false);
+        mask[du] = true;
+        const reduce_view v = kept_then_reduced(xc, mask); // dim last
+        tensor out = detail::empty(v.kept, dtype::int64, x.device());
         detail::backend_for(x.device())
-            .argmax(static_cast<std::int64_t*>(out.data_ptr()), out.strides().data(), xc.data_ptr(), strides.data(),
-                    kdt, static_cast<int>(shape.size()), shape.data());
+            .argmax(static_cast<std::int64_t*>(out.data_ptr()), out.strides().data(), xc.data_ptr(), v.strides.data(),
+                    kdt, static_cast<int>(v.shape.size()), v.shape.data());
         if (!keepdim)
             return out;
-        shape_type ks = x.shape();
-        ks[du] = 1;
+        const shape_type ks = keepdim_shape(x, mask);
         return detail::alias(out, ks, contiguous_strides(ks), 0);
     }
 
