@@ -6,6 +6,7 @@
 
 #include "detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/shape.hpp"
 
@@ -37,9 +38,9 @@ namespace xgrad
         for (auto e : shape)
         {
             if (e < 0)
-                throw std::invalid_argument("negative extent in shape " + shape_to_string(shape));
+                throw invalid_argument("negative extent in shape " + shape_to_string(shape));
             if (__builtin_mul_overflow(n, e, &n))
-                throw std::invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
+                throw invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
         }
         return n;
     }
