@@ -155,6 +155,11 @@ namespace xgrad::optim
         }
         if (!problems.empty())
             fail("step: " + join(problems, "; "));
+        // Checked before the increment: past the bound the count would lose exactness as a
+        // double and, much later, overflow (undefined behaviour, and a NaN model in practice).
+        if (m_step >= max_step_count)
+            fail("step: the step count is already " + std::to_string(m_step) + ", the most it can count (" +
+                 std::to_string(max_step_count) + ")");
 
         // The new values and buffers are all computed before any is stored: if an op throws
         // (out of memory, ...), nothing has changed.
@@ -238,8 +243,9 @@ namespace xgrad::optim
         {
             std::int64_t v = 0;
             to_host(step->second, &v, dtype::int64);
-            if (v < 0)
-                problems.push_back("'step' must be >= 0, got " + std::to_string(v));
+            if (v < 0 || v > max_step_count)
+                problems.push_back("'step' must be in [0, " + std::to_string(max_step_count) + "], got " +
+                                   std::to_string(v));
         }
 
         std::map<std::string, tensor> params;

@@ -4,6 +4,7 @@
 // test_optim).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -118,7 +119,7 @@ TEST_CASE("optim: load_state_dict lists every problem and changes nothing")
     CHECK_ERROR(opt.load_state_dict(with_step(zeros({1}, dtype::int64))), xgrad::invalid_argument,
                 "'step' must be an int64 tensor of shape []", "shape [1]");
     CHECK_ERROR(opt.load_state_dict(with_step(int64_scalar(-1))), xgrad::invalid_argument,
-                "'step' must be >= 0, got -1");
+                "'step' must be in [0, 9007199254740992], got -1");
     CHECK_ERROR(opt.load_state_dict(with_step(tensor())), xgrad::invalid_argument, "'step' is undefined");
 
     // Another optimizer's state: sgd keeps only momentum buffers.
@@ -163,4 +164,34 @@ TEST_CASE("optim: load_state_dict accepts state without some parameters")
     fresh.load_state_dict({{"step", int64_scalar(5)}});
     CHECK(fresh.step_count() == 5);
     CHECK(fresh.state_dict().size() == 1);
+}
+
+TEST_CASE("optim: the step count stays within what a step can count")
+{
+    // A loaded counter the next step would overflow is refused, naming the range.
+    toy m;
+    optim::adam opt(m, optim::adam_options{});
+    const std::int64_t most = std::int64_t{1} << 53; // the largest count a double holds exactly
+    CHECK_ERROR(opt.load_state_dict({{"step", int64_scalar(INT64_MAX)}}), xgrad::invalid_argument,
+                "'step' must be in [0, 9007199254740992], got 9223372036854775807");
+    CHECK_ERROR(opt.load_state_dict({{"step", int64_scalar(most + 1)}}), xgrad::invalid_argument,
+                "got 9007199254740993");
+    CHECK(opt.step_count() == 0);
+
+    // At the largest count, a step refuses to take place and changes nothing.
+    opt.load_state_dict({{"step", int64_scalar(most)}});
+    set_grads(m, 800);
+    const auto before = state_values(opt);
+    const std::vector<double> w = to_vector(m.parameter("w"));
+    CHECK_ERROR(opt.step(), xgrad::invalid_argument, "adam: step", "9007199254740992");
+    CHECK(opt.step_count() == most);
+    CHECK(state_values(opt) == before);
+    CHECK(to_vector(m.parameter("w")) == w);
+
+    // One below it, the step is taken and its update is finite.
+    opt.load_state_dict({{"step", int64_scalar(most - 1)}});
+    opt.step();
+    CHECK(opt.step_count() == most);
+    for (const double v : to_vector(m.parameter("w")))
+        CHECK(std::isfinite(v));
 }

@@ -7,7 +7,8 @@
 // the state is saved in a checkpoint.
 //
 // State (state_dict): a map from names to tensors, the same on every run with the same seed:
-//   "step"                     int64, shape []: the number of steps taken;
+//   "step"                     int64, shape []: the number of steps taken, in
+//                              [0, optimizer::max_step_count];
 //   "<parameter>.<buffer>"     the per-parameter buffers, created on the first step that sees
 //                              the parameter's gradient (SGD: "momentum_buffer"; Adam/AdamW:
 //                              "exp_avg", "exp_avg_sq"), same shape/dtype/device as the parameter.
@@ -26,9 +27,10 @@
 // Errors: bad options (lr < 0, momentum < 0, dampening outside [0, 1], betas outside [0, 1),
 // eps <= 0, weight_decay < 0, any of them NaN or infinite, nesterov without momentum or with
 // dampening) and bad state in load_state_dict (unknown names, missing or malformed "step", a
-// shape/dtype/device differing from the parameter's, a parameter with only some of its
-// buffers) throw xgrad::invalid_argument naming the option or the entry; so does step() when
-// a gradient's shape, dtype or device differs from its parameter's (before anything changes).
+// "step" outside [0, max_step_count], a shape/dtype/device differing from the parameter's, a
+// parameter with only some of its buffers) throw xgrad::invalid_argument naming the option or
+// the entry; so does step() when a gradient's shape, dtype or device differs from its
+// parameter's, or when the step count is already max_step_count (before anything changes).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,6 +48,11 @@ namespace xgrad::optim
     public:
         using state_dict_type = std::map<std::string, tensor>;
 
+        /// The most steps an optimizer counts: 2^53, the largest count a double (which the
+        /// update rules compute with, e.g. Adam's bias correction) holds exactly, and far
+        /// below where the int64 counter would overflow.
+        static constexpr std::int64_t max_step_count = std::int64_t{1} << 53;
+
         virtual ~optimizer();
         optimizer(const optimizer&) = delete;
         optimizer& operator=(const optimizer&) = delete;
@@ -53,7 +60,8 @@ namespace xgrad::optim
         /// "sgd", "adam", "adamw".
         virtual std::string_view type_name() const noexcept = 0;
 
-        /// One update of every parameter that has a gradient.
+        /// One update of every parameter that has a gradient. Throws xgrad::invalid_argument,
+        /// changing nothing, when step_count() is already max_step_count.
         void step();
         /// Clears the gradients of the module's parameters.
         void zero_grad();
