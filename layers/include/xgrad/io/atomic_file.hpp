@@ -7,6 +7,14 @@
 // target; then the folder is synced so that the rename itself survives a crash. A reader
 // sees the old file or the complete new one, never a part. Any failure removes the temporary
 // file and throws file_error "<path>: <what>" (the system's reason included).
+//
+// A writer that is killed (SIGKILL, a crash, a power cut) cannot remove its temporary file.
+// So each writer holds an exclusive flock on its temporary from creation to rename, and
+// before it creates its own, removes the temporaries of the same target whose lock it can
+// take: regular files named "<path>.tmp-<16 lower-case hex digits>" that no live writer
+// holds. Other names, other targets' temporaries, links and files being written are left
+// alone; the cleanup is best effort and never fails the write. (A writer that does not lock,
+// such as an older build of this code, is not protected from it.)
 #include <cstddef>
 #include <filesystem>
 #include <stdexcept>
@@ -24,7 +32,8 @@ namespace xgrad::io
     class atomic_file
     {
     public:
-        /// Creates the temporary file. Throws file_error naming `target` when it cannot.
+        /// Removes stale temporaries of `target` (see above) and creates, and locks, this
+        /// writer's own. Throws file_error naming `target` when it cannot create it.
         explicit atomic_file(std::filesystem::path target);
         /// Removes the temporary file unless commit() put it in place.
         ~atomic_file();
@@ -32,7 +41,7 @@ namespace xgrad::io
         atomic_file& operator=(const atomic_file&) = delete;
 
         void write(const void* data, std::size_t n);
-        /// fsync, close, rename over the target, sync the folder (best effort).
+        /// fsync, rename over the target, close, sync the folder (best effort).
         void commit();
         const std::filesystem::path& target() const noexcept { return m_target; }
 
