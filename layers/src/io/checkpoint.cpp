@@ -7,9 +7,11 @@
 // changes nothing when it throws), and the model last: after the checks above its
 // load_state_dict cannot object, and should it fail anyway the optimizer's previous state is
 // put back.
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "xgrad/errors.hpp"
@@ -39,14 +41,25 @@ namespace xgrad::io
             return shape_to_string(t.shape()) + " " + std::string(name(t.dtype()));
         }
 
-        /// The epoch as written by save_checkpoint: decimal digits only, fitting in int64.
-        bool parse_epoch(const std::string& text, std::int64_t& out)
+        std::string epoch_range() { return "[0, " + std::to_string(max_checkpoint_epoch) + "]"; }
+
+        /// The epoch as written by save_checkpoint: decimal digits only, in [0,
+        /// max_checkpoint_epoch]. Returns the problem, empty when there is none.
+        std::string parse_epoch(const std::string& text, std::int64_t& out)
         {
-            if (text.empty() || text.front() < '0' || text.front() > '9')
-                return false;
+            const std::string value = "metadata 'epoch' is " + in_quotes(text);
+            const bool digits = !text.empty() &&
+                                std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+            if (!digits)
+                return value + ", not a non-negative integer";
+            // More digits than int64 holds is out of range too, not malformed.
             const char* end = text.data() + text.size();
-            const auto [ptr, ec] = std::from_chars(text.data(), end, out);
-            return ec == std::errc() && ptr == end;
+            std::int64_t v = 0;
+            const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+            if (ec != std::errc() || ptr != end || v > max_checkpoint_epoch)
+                return value + ", outside the allowed range " + epoch_range();
+            out = v;
+            return {};
         }
 
         std::string join(const std::vector<std::string>& parts)
@@ -61,8 +74,9 @@ namespace xgrad::io
     void save_checkpoint(const std::filesystem::path& path, const nn::module& model, const optim::optimizer* optimizer,
                          std::int64_t epoch, const metadata_map& extra)
     {
-        if (epoch < 0)
-            fail(path, "cannot save a checkpoint with negative epoch " + std::to_string(epoch));
+        if (epoch < 0 || epoch > max_checkpoint_epoch)
+            fail(path, std::string("cannot save a checkpoint with ") + (epoch < 0 ? "negative " : "") + "epoch " +
+                           std::to_string(epoch) + " (the epoch must be in " + epoch_range() + ")");
         metadata_map metadata;
         for (const auto& [key, value] : extra)
         {
@@ -113,8 +127,8 @@ namespace xgrad::io
         const std::string* epoch = meta("epoch");
         if (!epoch)
             problems.push_back("metadata 'epoch' is missing");
-        else if (!parse_epoch(*epoch, info.epoch))
-            problems.push_back("metadata 'epoch' is " + in_quotes(*epoch) + ", not a non-negative integer");
+        else if (std::string problem = parse_epoch(*epoch, info.epoch); !problem.empty())
+            problems.push_back(std::move(problem));
 
         // Model: the same names, shapes and dtypes as the module's own tensors.
         const nn::module::state_dict_type current = model.state_dict();

@@ -1,15 +1,15 @@
 // The safetensors file format: writing (atomically) and reading (validating every field before
 // trusting it). The contract is in xgrad/io/safetensors.hpp.
 //
-// A file is read in one pass into memory (model files here are a few MB) and parsed from
-// there, so every check works on bytes already in hand and no tensor is created before the
-// whole header has been validated.
+// A file is read in the order its parts can be trusted: the 8-byte header length, checked
+// against the file's size and a bound before anything is allocated for it; then exactly the
+// header, parsed and validated as a whole (the layout included); and only then the tensor
+// data, read straight into the storage of each new tensor. So a load needs the tensors'
+// memory plus the header's, never a copy of the file, and nothing is allocated for a size
+// the file merely announces.
 #include "xgrad/io/safetensors.hpp"
+#include "input_file.hpp"
 #include "xgrad/io/atomic_file.hpp"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -21,6 +21,7 @@
 #include <random>
 #include <string_view>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -83,51 +84,9 @@ namespace xgrad::io
 
         std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
-        std::string system_error_text(int err) { return std::strerror(err); }
-
         // --- writing ----------------------------------------------------------------------
 
         // --- reading ----------------------------------------------------------------------
-
-        std::vector<unsigned char> read_whole_file(const fs::path& path)
-        {
-            const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-            if (fd < 0)
-                fail(path, "cannot open for reading: " + system_error_text(errno));
-            struct closer
-            {
-                int fd;
-                ~closer() { ::close(fd); }
-            } guard{fd};
-
-            struct ::stat info
-            {
-            };
-            if (::fstat(fd, &info) != 0)
-                fail(path, "cannot read: " + system_error_text(errno));
-            if (!S_ISREG(info.st_mode))
-                fail(path, "not a regular file");
-
-            std::vector<unsigned char> bytes(static_cast<std::size_t>(info.st_size));
-            std::size_t filled = 0;
-            for (;;)
-            {
-                if (filled == bytes.size()) // the file may have grown since fstat
-                    bytes.resize(std::max<std::size_t>(bytes.size() * 2, 4096));
-                const ::ssize_t got = ::read(fd, bytes.data() + filled, bytes.size() - filled);
-                if (got < 0)
-                {
-                    if (errno == EINTR)
-                        continue;
-                    fail(path, "cannot read: " + system_error_text(errno));
-                }
-                if (got == 0)
-                    break;
-                filled += static_cast<std::size_t>(got);
-            }
-            bytes.resize(filled);
-            return bytes;
-        }
 
         /// One tensor entry of the header, validated on its own (the layout of all entries
         /// together is checked afterwards).
@@ -269,6 +228,125 @@ namespace xgrad::io
                 fail(path, "gap in the data region: bytes [" + std::to_string(position) + ", " +
                                std::to_string(data_size) + ") at its end belong to no tensor");
         }
+        /// Refuses a key that appears twice in one JSON object. nlohmann::json keeps the last of
+        /// them silently, so a second entry of a tensor (or a second 'dtype' within one) would
+        /// replace the first unseen; the parser callback sees every key as it is read.
+        class duplicate_key_check
+        {
+        public:
+            explicit duplicate_key_check(const fs::path& path) : m_path(path) {}
+
+            bool operator()(int /*depth*/, json::parse_event_t event, json& parsed)
+            {
+                switch (event)
+                {
+                case json::parse_event_t::object_start:
+                    m_objects.push_back({m_objects.empty() ? std::string() : m_objects.back().last_key, {}, {}});
+                    break;
+                case json::parse_event_t::key:
+                {
+                    object& o = m_objects.back();
+                    std::string key = parsed.get<std::string>();
+                    if (!o.keys.insert(key).second)
+                        fail(m_path, "duplicate key " + in_quotes(key) +
+                                         (m_objects.size() == 1 ? std::string(" in the header")
+                                                                : " in the header's entry " + in_quotes(o.owner)) +
+                                         " (a later one would silently replace the earlier)");
+                    o.last_key = std::move(key);
+                    break;
+                }
+                case json::parse_event_t::object_end: m_objects.pop_back(); break;
+                default: break;
+                }
+                return true;
+            }
+
+        private:
+            struct object
+            {
+                std::string owner; // the key whose value the object is ("" for the header itself)
+                std::string last_key;
+                std::unordered_set<std::string> keys;
+            };
+            const fs::path& m_path;
+            std::vector<object> m_objects;
+        };
+
+        /// The header of a file, validated: the metadata, and the tensor entries sorted by
+        /// offset and tiling the data region, which starts at byte `data_offset`.
+        struct header_content
+        {
+            metadata_map metadata;
+            std::vector<entry> entries;
+            std::uint64_t data_offset = 0;
+        };
+
+        /// Reads and validates the header; `in` is left at the start of the data region.
+        header_content read_header(detail::input_file& in)
+        {
+            const fs::path& path = in.path();
+            const std::uint64_t size = in.size();
+            if (size < 8)
+                fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+            std::array<unsigned char, 8> length{};
+            in.read_exact(length.data(), length.size(), "the header length");
+            std::uint64_t header_size = 0;
+            for (std::size_t i = 0; i < 8; ++i)
+                header_size |= std::uint64_t{length[i]} << (8 * i);
+            // The smallest header is "{}". A length that leaves no room for it, or that the file
+            // cannot hold, means the file is something else (text, zeros, another format).
+            if (header_size < 2 || header_size > size - 8)
+                fail(path, "not a safetensors file: its first 8 bytes give a header length of " +
+                               std::to_string(header_size) + " bytes but the file has " + std::to_string(size) +
+                               " bytes" + (header_size < 2 ? " (a header is at least the 2 bytes '{}')" : ""));
+            if (header_size > max_header_bytes)
+                fail(path, "header length " + std::to_string(header_size) + " exceeds the limit of " +
+                               std::to_string(max_header_bytes) + " bytes");
+
+            std::string text(static_cast<std::size_t>(header_size), '\0');
+            in.read_exact(text.data(), text.size(), "the header");
+            const std::uint64_t data_size = size - 8 - header_size;
+
+            json header;
+            try
+            {
+                header = json::parse(text.begin(), text.end(), duplicate_key_check(path));
+            }
+            catch (const json::parse_error& e)
+            {
+                fail(path, std::string("header is not valid JSON: ") + e.what());
+            }
+            std::string().swap(text); // the header's text is no longer needed
+            if (!header.is_object())
+                fail(path, "header is not a JSON object (it is " + json_type(header) + ")");
+
+            header_content content;
+            content.data_offset = 8 + header_size;
+            for (const auto& [key, value] : header.items())
+            {
+                if (key == metadata_key)
+                    content.metadata = parse_metadata(path, value);
+                else
+                    content.entries.push_back(parse_entry(path, key, value, data_size));
+            }
+            check_layout(path, content.entries, data_size);
+            return content;
+        }
+
+        /// The input file's own errors (cannot open, not a regular file, truncated) as this
+        /// format's error type, with the same "<path>: <what>" message.
+        template <class F>
+        auto with_format_errors(F&& f) -> decltype(f())
+        {
+            try
+            {
+                return f();
+            }
+            catch (const file_error& e)
+            {
+                throw format_error(e.what());
+            }
+        }
     }
 
     void save_safetensors(const std::filesystem::path& path, const tensor_map& tensors, const metadata_map& metadata)
@@ -344,50 +422,34 @@ namespace xgrad::io
 
     safetensors_content load_safetensors(const std::filesystem::path& path)
     {
-        const std::vector<unsigned char> bytes = read_whole_file(path);
-        const std::uint64_t size = bytes.size();
-        if (size < 8)
-            fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
-        std::uint64_t header_size = 0;
-        for (std::size_t i = 0; i < 8; ++i)
-            header_size |= std::uint64_t{bytes[i]} << (8 * i);
-        if (header_size > size - 8)
-            fail(path, "header length " + std::to_string(header_size) + " reaches beyond the end of the file (" +
-                           std::to_string(size) + " bytes)");
-        if (header_size > max_header_bytes)
-            fail(path, "header length " + std::to_string(header_size) + " exceeds the limit of " +
-                           std::to_string(max_header_bytes) + " bytes");
+        return with_format_errors([&] {
+            detail::input_file in(path);
+            header_content header = read_header(in);
+            safetensors_content content;
+            content.metadata = std::move(header.metadata);
+            // The entries are sorted by offset and tile the data region, so the data is read
+            // front to back, each tensor's bytes straight into its own storage. The sizes were
+            // checked against the file's, so the tensors together need at most its size.
+            for (const entry& e : header.entries)
+            {
+                tensor t = empty(e.shape, e.dt);
+                const std::uint64_t nbytes = e.end - e.begin;
+                if (nbytes > 0)
+                {
+                    const std::string what = "tensor " + in_quotes(e.name);
+                    in.read_exact(t.data_ptr(), static_cast<std::size_t>(nbytes), what.c_str());
+                }
+                content.tensors.emplace(e.name, std::move(t));
+            }
+            return content;
+        });
+    }
 
-        const auto header_begin = bytes.begin() + 8;
-        const auto data_begin = header_begin + static_cast<std::ptrdiff_t>(header_size);
-        const std::uint64_t data_size = size - 8 - header_size;
-
-        json header;
-        try
-        {
-            header = json::parse(header_begin, data_begin);
-        }
-        catch (const json::parse_error& e)
-        {
-            fail(path, std::string("header is not valid JSON: ") + e.what());
-        }
-        if (!header.is_object())
-            fail(path, "header is not a JSON object (it is " + json_type(header) + ")");
-
-        safetensors_content content;
-        std::vector<entry> entries;
-        for (const auto& [key, value] : header.items())
-        {
-            if (key == metadata_key)
-                content.metadata = parse_metadata(path, value);
-            else
-                entries.push_back(parse_entry(path, key, value, data_size));
-        }
-        check_layout(path, entries, data_size);
-
-        const unsigned char* data = bytes.data() + 8 + header_size;
-        for (const entry& e : entries)
-            content.tensors.emplace(e.name, from_host(data + e.begin, e.shape, e.dt));
-        return content;
+    metadata_map read_safetensors_metadata(const std::filesystem::path& path)
+    {
+        return with_format_errors([&] {
+            detail::input_file in(path);
+            return read_header(in).metadata;
+        });
     }
 }

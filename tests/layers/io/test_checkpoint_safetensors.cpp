@@ -218,9 +218,12 @@ TEST_CASE("safetensors: every corruption is rejected with a message naming the f
 
     // The header length.
     write_bytes(file, length_field(100) + R"({"a":{"dtype":"F32")");
-    CHECK_FORMAT_ERROR(load(), file, "header length 100", "beyond the end of the file");
+    CHECK_FORMAT_ERROR(load(), file, "not a safetensors file", "header length of 100 bytes",
+                       "but the file has 27 bytes");
     write_bytes(file, length_field(std::numeric_limits<std::uint64_t>::max()) + "{}");
-    CHECK_FORMAT_ERROR(load(), file, "header length 18446744073709551615", "beyond the end");
+    CHECK_FORMAT_ERROR(load(), file, "not a safetensors file", "header length of 18446744073709551615 bytes");
+    write_bytes(file, length_field(1) + "{}");
+    CHECK_FORMAT_ERROR(load(), file, "not a safetensors file", "header length of 1 bytes", "at least");
 
     // The JSON.
     write_raw(file, R"({"a": )", "");

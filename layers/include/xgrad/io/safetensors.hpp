@@ -13,18 +13,28 @@
 // Reading accepts any key order, whitespace and data order, as long as the entries tile the
 // data region exactly. Headers above 100 MB are refused as corrupt.
 //
-// Files are written atomically: to "<path>.tmp-<random>" in the same folder, flushed (fsync),
-// then renamed over `path`, so a crash mid-save leaves the previous file intact. A failed save
-// removes its temporary file and leaves `path` as it was.
+// Reading validates before it allocates: the header length is checked against the file's size
+// and the bound, then exactly the header is read and validated as a whole, and only then is
+// the data read, straight into the new tensors. A load's peak memory is the tensors' size
+// plus the header's (a few kB for real files), never a copy of the file. Only regular files
+// are read: a FIFO, a directory or a device is refused when opened, without blocking.
+//
+// Files are written atomically: to "<path>.tmp-<16 hex digits>" in the same folder, flushed
+// (fsync), then renamed over `path`, so a crash mid-save leaves the previous file intact. A
+// failed save removes its temporary file and leaves `path` as it was; one left by a writer
+// that was killed is removed by the next save of the same path (see atomic_file.hpp).
 //
 // Errors: xgrad::io::format_error (a std::runtime_error) whose message is "<path>: <what>",
 // naming the tensor and the field where there is one: cannot open/write/rename, not a regular
-// file, file shorter than 8 bytes, header length beyond the file or above the bound, header
-// not valid JSON or not an object, a tensor entry missing a field or with a field of the wrong
-// type, unknown dtype, negative extent, too many elements, data_offsets outside the data or not
-// matching shape x dtype size, overlapping or gapped data, "__metadata__" not an object or a
-// metadata value that is not a string. Saving refuses (before writing anything) an undefined
-// tensor, a tensor named "__metadata__", and names or metadata that are not valid UTF-8.
+// file, file shorter than 8 bytes, "not a safetensors file" (a header length beyond the file
+// or below the 2 bytes of "{}"), a header length above the bound, header not valid JSON or not
+// an object, a key twice in one object ("duplicate key 'w'", naming the entry it is in),
+// a tensor entry missing a field or with a field of the wrong type, unknown dtype, negative
+// extent, too many elements, data_offsets outside the data or not matching shape x dtype size,
+// overlapping or gapped data, "__metadata__" not an object or a metadata value that is not a
+// string, and a file that shrank while it was read ("truncated"). Saving refuses (before
+// writing anything) an undefined tensor, a tensor named "__metadata__", and names or metadata
+// that are not valid UTF-8.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -56,6 +66,9 @@ namespace xgrad::io
     void save_safetensors(const std::filesystem::path& path, const tensor_map& tensors,
                           const metadata_map& metadata = {});
     safetensors_content load_safetensors(const std::filesystem::path& path);
+    /// The metadata of a safetensors file, without reading its tensor data (the header is
+    /// read and validated as load_safetensors does, its errors included).
+    metadata_map read_safetensors_metadata(const std::filesystem::path& path);
 
     // --- training checkpoints -------------------------------------------------------------
     // A checkpoint is a safetensors file holding "model.<name>" for every parameter and buffer
@@ -64,6 +77,10 @@ namespace xgrad::io
     // "<type_name>"} plus the caller's own entries. Saved without an optimizer, the file has
     // neither "optimizer" metadata nor "optimizer.*" entries.
 
+    /// The largest epoch a checkpoint records: the metrics log counts epochs in an int
+    /// (train::epoch_metrics), and a count beyond it would wrap there.
+    inline constexpr std::int64_t max_checkpoint_epoch = 2147483647;
+
     struct checkpoint_info
     {
         std::int64_t epoch = 0; // epochs completed
@@ -71,7 +88,8 @@ namespace xgrad::io
     };
 
     /// Writes a checkpoint (atomically, as save_safetensors). Throws format_error naming the
-    /// file for a negative epoch or an `extra` key that is one of the four reserved ones.
+    /// file for an epoch outside [0, max_checkpoint_epoch] or an `extra` key that is one of the
+    /// four reserved ones.
     void save_checkpoint(const std::filesystem::path& path, const nn::module& model, const optim::optimizer* optimizer,
                          std::int64_t epoch, const metadata_map& extra = {});
 
@@ -80,7 +98,9 @@ namespace xgrad::io
     /// or unexpected, a shape or dtype differing from the model's, an optimizer of another
     /// type, or bad optimizer state throws format_error naming the file and listing the
     /// problems; the model and optimizer are then unchanged. Also refused: format or version
-    /// metadata other than the above, an epoch that is not an integer >= 0, tensors outside
+    /// metadata other than the above, an epoch that is not an integer in [0,
+    /// max_checkpoint_epoch] (the message names the field, the value and the range), an
+    /// optimizer step count outside [0, optim::optimizer::max_step_count], tensors outside
     /// "model." and "optimizer.", and, when `optimizer` is given, a checkpoint saved without
     /// one. Without `optimizer`, the file's optimizer entries are ignored. Bad optimizer state
     /// is what optimizer->load_state_dict rejects; its message is included. Tensors are moved
