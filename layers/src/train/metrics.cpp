@@ -1,15 +1,16 @@
 #include "xgrad/train/metrics.hpp"
 
+#include "../io/input_file.hpp"
 #include "xgrad/io/atomic_file.hpp"
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -40,6 +41,9 @@ namespace xgrad::train
         }
 
         // ---- CSV --------------------------------------------------------------------------
+
+        // A row is under 150 bytes: this is over a million epochs, and bounds the read.
+        constexpr std::uint64_t max_metrics_csv_bytes = 256ull << 20;
 
         std::string csv_number(double value)
         {
@@ -354,13 +358,26 @@ namespace xgrad::train
 
     std::vector<epoch_metrics> read_metrics_csv(const fs::path& path)
     {
-        std::ifstream in(path, std::ios::binary);
-        if (!in)
+        // Opened as every reader opens files (a FIFO or a folder is refused at once instead of
+        // blocking), and read whole: the size is known and bounded first.
+        std::string text;
+        try
         {
-            const int error = errno;
-            throw std::runtime_error("read_metrics_csv: cannot open " + quoted(path) + " (" + std::strerror(error) +
-                                     ")");
+            xgrad::io::detail::input_file file(path);
+            if (file.size() > max_metrics_csv_bytes)
+            {
+                throw std::runtime_error("read_metrics_csv: " + quoted(path) + " is " + std::to_string(file.size()) +
+                                         " bytes, more than the " + std::to_string(max_metrics_csv_bytes) +
+                                         " a metrics log of one line per epoch can take");
+            }
+            text.resize(static_cast<std::size_t>(file.size()));
+            file.read_exact(text.data(), text.size(), "the metrics log");
         }
+        catch (const xgrad::io::file_error& e)
+        {
+            throw std::runtime_error(std::string("read_metrics_csv: ") + e.what());
+        }
+        std::istringstream in(text);
         std::vector<epoch_metrics> rows;
         std::string line;
         std::size_t line_number = 0;
@@ -405,9 +422,11 @@ namespace xgrad::train
                                          std::to_string(fields.size()) + " in '" + line + "'");
             }
             epoch_metrics m;
-            if (!parse_whole(fields[0], m.epoch))
+            // Epochs count from 1 (the trainer writes the number of epochs completed).
+            if (!parse_whole(fields[0], m.epoch) || m.epoch < 1)
             {
-                throw std::runtime_error(where + "epoch '" + fields[0] + "' is not an integer");
+                throw std::runtime_error(where + "epoch '" + fields[0] + "' is not an integer in [1, " +
+                                         std::to_string(std::numeric_limits<int>::max()) + "]");
             }
             static const char* const names[] = {"train_loss", "train_accuracy", "test_loss", "test_accuracy",
                                                 "seconds"};

@@ -1,5 +1,6 @@
 // xgrad::train's progress bar (terminal and log output, driven by an injected clock),
 // duration formatting, the SVG chart of metrics and the CSV metrics log.
+#include "tests/layers/io/child_process.hpp"
 #include "tests/support/check_error.hpp"
 #include "xgrad/train/metrics.hpp"
 #include "xgrad/train/progress.hpp"
@@ -13,6 +14,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -472,4 +474,32 @@ TEST_CASE("metrics CSV: malformed files name the path and line")
     const std::string nowhere = (dir.path / "no_such_folder" / "metrics.csv").string();
     CHECK_ERROR(write_metrics_csv(nowhere, three_epochs()), std::runtime_error, nowhere.c_str());
     CHECK(dir.entries() == std::vector<std::string>{"metrics.csv"});
+}
+
+TEST_CASE("metrics CSV: a FIFO is refused at once, and epochs outside [1, 2147483647] are refused")
+{
+    scratch_dir dir;
+    const fs::path fifo = dir.path / "metrics.csv";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const auto r = child_test::run_in_child([&] {
+        read_metrics_csv(fifo);
+        return std::string("read");
+    });
+    INFO(child_test::describe(r));
+    CHECK(r.exited);
+    CHECK(r.report.find("exception: read_metrics_csv: " + fifo.string() + ": not a regular file") == 0);
+    fs::remove(fifo);
+
+    const fs::path path = dir.path / "epochs.csv";
+    const std::string header = std::string(metrics_csv_header) + "\n";
+    for (const char* epoch : {"0", "-3", "2147483648", "99999999999999999999"})
+    {
+        CAPTURE(epoch);
+        write_text(path, header + epoch + ",0.5,0.8,0.4,0.85,30\n");
+        const std::string where = path.string();
+        const std::string what = std::string("epoch '") + epoch + "' is not an integer in [1, 2147483647]";
+        CHECK_ERROR(read_metrics_csv(path), std::runtime_error, where.c_str(), "line 2", what.c_str());
+    }
+    write_text(path, header + "2147483647,0.5,0.8,0.4,0.85,30\n");
+    CHECK(read_metrics_csv(path).at(0).epoch == 2147483647);
 }

@@ -35,8 +35,10 @@ namespace xgrad::train
 
     // Reads a file written by write_metrics_csv; blank lines and "\r\n" line ends are
     // accepted, "nan" and "inf" read back as such. Throws std::runtime_error naming the path
-    // when it cannot be opened, and the path and line number when the header or a row is
-    // malformed (wrong field count, a field that is not a number, a non-integer epoch).
+    // when it cannot be opened, is not a regular file (a FIFO is refused without blocking) or
+    // is over 256 MiB, and the path and line number when the header or a row is malformed
+    // (wrong field count, a field that is not a number, an epoch that is not an integer in
+    // [1, INT_MAX]).
     std::vector<epoch_metrics> read_metrics_csv(const std::filesystem::path& path);
 
     // The SVG document write_metrics_svg writes: two panels side by side (loss per epoch and
