@@ -32,4 +32,28 @@ namespace xgrad::train
                                           "would not continue it exactly:" +
                                           differences);
     }
+
+    std::string checkpoint_data_format(const std::filesystem::path& checkpoint, const io::metadata_map& metadata)
+    {
+        // The layers take the layout as a constructor argument and reject another one in
+        // their own terms; checked here, the message names the file and the field instead.
+        static constexpr const char* accepted[] = {"NCHW", "NHWC"};
+        const std::string choices = "'NCHW', 'NHWC'";
+        const auto it = metadata.find("data_format");
+        if (it == metadata.end())
+            throw io::format_error(checkpoint.string() +
+                                   ": metadata 'data_format' is missing (the checkpoint does not say which "
+                                   "activation layout its model uses; accepted values: " +
+                                   choices + ")");
+        for (const char* value : accepted)
+            if (it->second == value)
+                return it->second;
+        throw io::format_error(checkpoint.string() + ": metadata 'data_format' is '" + it->second +
+                               "', not one of the accepted values " + choices);
+    }
+
+    std::string checkpoint_data_format(const std::filesystem::path& checkpoint)
+    {
+        return checkpoint_data_format(checkpoint, io::read_safetensors_metadata(checkpoint));
+    }
 }

@@ -221,6 +221,31 @@ TEST_CASE("checkpoint_path and check_resume_compatible")
     }
 }
 
+TEST_CASE("checkpoint_data_format: the layout a checkpoint names, validated before a model is built with it")
+{
+    const fs::path dir = fs::temp_directory_path() / ("xgrad_test_data_format_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const fs::path file = dir / "ckpt.safetensors";
+    const std::string where = file.string();
+    const auto save_with = [&](const io::metadata_map& metadata) {
+        io::save_safetensors(file, {{"model.w", ones({1})}}, metadata);
+    };
+
+    save_with({{"data_format", "NHWC"}});
+    CHECK(train::checkpoint_data_format(file) == "NHWC");
+    save_with({{"data_format", "bogus"}});
+    CHECK_ERROR(train::checkpoint_data_format(file), io::format_error, where.c_str(), "metadata 'data_format'",
+                "'bogus'", "accepted values 'NCHW', 'NHWC'");
+    save_with({{"data_format", "nchw"}});
+    CHECK_ERROR(train::checkpoint_data_format(file), io::format_error, where.c_str(), "'nchw'");
+    save_with({{"epoch", "1"}});
+    CHECK_ERROR(train::checkpoint_data_format(file), io::format_error, where.c_str(), "'data_format' is missing",
+                "'NCHW', 'NHWC'");
+    CHECK_ERROR(train::checkpoint_data_format("in-memory", {{"data_format", ""}}), io::format_error, "in-memory",
+                "'data_format' is ''");
+    fs::remove_all(dir);
+}
+
 TEST_CASE("trainer: a per-epoch schedule, no output folder, no test data, a custom loss and a callback")
 {
     const auto data = tiny_dataset(12, 2);

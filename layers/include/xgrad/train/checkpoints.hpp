@@ -7,6 +7,7 @@
 // compares them with check_resume_compatible before it continues.
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "xgrad/io/safetensors.hpp"
 
@@ -21,4 +22,15 @@ namespace xgrad::train
     /// that `expected` does not name are ignored (e.g. the checkpoint format's own entries).
     void check_resume_compatible(const std::filesystem::path& checkpoint, const io::metadata_map& found,
                                  const io::metadata_map& expected);
+
+    /// The activation layout a checkpoint's model was trained in: its "data_format" metadata
+    /// (stored by a run that names it in trainer_options::run_metadata, as the training
+    /// example does), "NCHW" or "NHWC". Throws io::format_error "<checkpoint>: metadata
+    /// 'data_format' is 'bogus', not one of the accepted values 'NCHW', 'NHWC'", or "...
+    /// 'data_format' is missing ..." when there is none, before a model is built with it.
+    std::string checkpoint_data_format(const std::filesystem::path& checkpoint, const io::metadata_map& metadata);
+
+    /// As above, with the metadata read from the file (its header only; the errors of
+    /// io::read_safetensors_metadata for a file that is not a readable safetensors file).
+    std::string checkpoint_data_format(const std::filesystem::path& checkpoint);
 }
