@@ -13,12 +13,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <cstring>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
-#include <random>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <unordered_set>
@@ -228,6 +226,7 @@ namespace xgrad::io
                 fail(path, "gap in the data region: bytes [" + std::to_string(position) + ", " +
                                std::to_string(data_size) + ") at its end belong to no tensor");
         }
+
         /// Refuses a key that appears twice in one JSON object. nlohmann::json keeps the last of
         /// them silently, so a second entry of a tensor (or a second 'dtype' within one) would
         /// replace the first unseen; the parser callback sees every key as it is read.
@@ -273,12 +272,11 @@ namespace xgrad::io
         };
 
         /// The header of a file, validated: the metadata, and the tensor entries sorted by
-        /// offset and tiling the data region, which starts at byte `data_offset`.
+        /// offset and tiling the data region that follows the header.
         struct header_content
         {
             metadata_map metadata;
             std::vector<entry> entries;
-            std::uint64_t data_offset = 0;
         };
 
         /// Reads and validates the header; `in` is left at the start of the data region.
@@ -321,7 +319,6 @@ namespace xgrad::io
                 fail(path, "header is not a JSON object (it is " + json_type(header) + ")");
 
             header_content content;
-            content.data_offset = 8 + header_size;
             for (const auto& [key, value] : header.items())
             {
                 if (key == metadata_key)
