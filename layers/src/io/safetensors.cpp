@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 
 // Tensor data is copied between memory and the file as raw bytes, and the format stores it
@@ -154,16 +156,17 @@ namespace xgrad::io
             }
             // Strides and byte counts are int64 products of the extents (a zero extent aside),
             // so that product must fit even when a zero extent makes the tensor empty.
-            std::uint64_t span = itemsize(e.dt);
-            constexpr auto limit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-            for (const std::int64_t extent : e.shape)
+            std::int64_t span = static_cast<std::int64_t>(itemsize(e.dt));
+            try
             {
-                const auto x = std::max<std::uint64_t>(static_cast<std::uint64_t>(extent), 1);
-                if (span > limit / x)
-                    fail(path, who + "shape " + shape_to_string(e.shape) + " has too many elements");
-                span *= x;
+                for (const std::int64_t extent : e.shape)
+                    span = checked_mul(span, std::max<std::int64_t>(extent, 1), "byte count");
             }
-            const std::uint64_t nbytes = has_zero ? 0 : span;
+            catch (const xgrad::invalid_argument& error)
+            {
+                fail(path, who + "shape " + shape_to_string(e.shape) + " has too many elements (" + error.what() + ")");
+            }
+            const std::uint64_t nbytes = has_zero ? 0 : static_cast<std::uint64_t>(span);
 
             const json& offsets = field("data_offsets");
             if (!offsets.is_array() || offsets.size() != 2)
