@@ -11,29 +11,21 @@
 #include <memory>
 #include <string>
 
+#include "common/cli.hpp"
 #include "common/fashion_model.hpp"
 #include "xgrad/train/evaluate.hpp"
 
 namespace
 {
     const char* usage_text =
-        "usage: evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device D] [--limit N]\n";
+        "usage: evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device D] [--limit N]\n"
+        "  --threads T   CPU threads, 1 to 65536\n"
+        "  --limit N     evaluate on the first N test images only (0: all, the default)\n";
 
     [[noreturn]] void usage_error(const std::string& message)
     {
         std::cerr << "evaluate: " << message << "\n\n" << usage_text;
         std::exit(2);
-    }
-
-    /// The whole of `value` as an integer in [low, high]; a usage error otherwise.
-    std::int64_t whole_number(const std::string& flag, const std::string& value, std::int64_t low, std::int64_t high)
-    {
-        std::size_t used = 0;
-        const long long n = std::stoll(value, &used); // throws std::logic_error: caught by the caller
-        if (used != value.size() || n < low || n > high)
-            usage_error(flag + " expects an integer in [" + std::to_string(low) + ", " + std::to_string(high) +
-                        "], got '" + value + "'");
-        return n;
     }
 }
 
@@ -62,15 +54,15 @@ int main(int argc, char** argv)
             else if (flag == "--device")
                 device = value;
             else if (flag == "--threads")
-                threads = static_cast<int>(whole_number(flag, value, 1, 65536));
+                threads = static_cast<int>(xgrad::examples::parse_int_flag(flag, value, 1, 65536));
             else if (flag == "--limit")
-                limit = whole_number(flag, value, 0, INT64_MAX);
+                limit = xgrad::examples::parse_int_flag(flag, value, 0, INT64_MAX);
             else
                 usage_error("unknown option '" + flag + "'");
         }
-        catch (const std::logic_error&) // out of range for stoll
+        catch (const xgrad::invalid_argument& e)
         {
-            usage_error(flag + " expects a number, got '" + value + "'");
+            usage_error(e.what());
         }
     }
     if (checkpoint.empty())
@@ -91,8 +83,8 @@ int main(int argc, char** argv)
         auto model = xgrad::examples::make_fashion_model(fmt->second, gen);
         model->to(dev);
         const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
-        const auto test =
-            std::make_shared<const xgrad::data::image_dataset>(xgrad::data::load_mnist(data_dir, false, limit));
+        const auto test = std::make_shared<const xgrad::data::image_dataset>(
+            xgrad::examples::load_fashion_data(data_dir, false, limit));
         xgrad::train::evaluate_options eo;
         eo.device = dev;
         eo.data_format = fmt->second;

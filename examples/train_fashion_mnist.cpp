@@ -23,11 +23,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/cli.hpp"
 #include "common/fashion_model.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/train.hpp"
 
 namespace
 {
+    using xgrad::examples::parse_int_flag;
+    using xgrad::examples::parse_positive_flag;
+    using xgrad::examples::parse_uint_flag;
+
     struct train_config
     {
         std::int64_t epochs = 2;
@@ -49,20 +55,20 @@ namespace
 
     const char* usage_text =
         "usage: train_fashion_mnist [options]\n"
-        "  --epochs N          epochs to train (default 2)\n"
-        "  --batch-size B      images per batch (default 64)\n"
-        "  --lr LR             peak learning rate (default 0.002)\n"
+        "  --epochs N          epochs to train, 1 to 1000000 (default 2)\n"
+        "  --batch-size B      images per batch, 1 to 1000000 (default 64)\n"
+        "  --lr LR             peak learning rate, in (0, 1000] (default 0.002)\n"
         "  --optimizer NAME    sgd (momentum 0.9, Nesterov) | adam | adamw (default adamw)\n"
         "  --schedule NAME     constant | step | cosine (default cosine, per step over the run)\n"
-        "  --threads T         CPU threads (default: XGRAD_NUM_THREADS or all cores)\n"
+        "  --threads T         CPU threads, 1 to 65536 (default: XGRAD_NUM_THREADS or all cores)\n"
         "  --device D          cpu | cuda[:i] (default cpu)\n"
         "  --data-dir DIR      MNIST-format folder (default /usr/share/datasets/fashion-mnist)\n"
-        "  --seed S            seed of the weights and the batch order (default 0)\n"
+        "  --seed S            seed of the weights and the batch order, 0 to 2^64 - 1 (default 0)\n"
         "  --out DIR           where metrics.csv, metrics.svg and checkpoints go (default fashion_mnist_run)\n"
         "  --resume FILE       continue from a checkpoint of a run with the same settings\n"
         "  --format F          NCHW | NHWC activation layout (default NCHW)\n"
-        "  --limit N           train on the first N training images only\n"
-        "  --test-limit N      evaluate on the first N test images only\n"
+        "  --limit N           train on the first N training images only (0: all, the default)\n"
+        "  --test-limit N      evaluate on the first N test images only (0: all, the default)\n"
         "  --no-prefetch       prepare batches on the training thread\n";
 
     [[noreturn]] void usage_error(const std::string& message)
@@ -71,35 +77,11 @@ namespace
         std::exit(2);
     }
 
-    std::int64_t to_int(const std::string& flag, const std::string& v)
-    {
-        try
-        {
-            std::size_t used = 0;
-            const long long n = std::stoll(v, &used);
-            if (used == v.size())
-                return n;
-        }
-        catch (const std::exception&)
-        {
-        }
-        usage_error(flag + " expects an integer, got '" + v + "'");
-    }
-
-    double to_double(const std::string& flag, const std::string& v)
-    {
-        try
-        {
-            std::size_t used = 0;
-            const double d = std::stod(v, &used);
-            if (used == v.size())
-                return d;
-        }
-        catch (const std::exception&)
-        {
-        }
-        usage_error(flag + " expects a number, got '" + v + "'");
-    }
+    // The ranges of the numeric flags (examples/common/cli.hpp parses them whole).
+    constexpr std::int64_t max_epochs = 1000000;
+    constexpr std::int64_t max_batch_size = 1000000;
+    constexpr std::int64_t max_threads = 65536;
+    constexpr double max_lr = 1000;
 
     train_config parse(int argc, char** argv)
     {
@@ -122,46 +104,50 @@ namespace
                 value = flag.substr(eq + 1);
                 flag = flag.substr(0, eq);
             }
+            else if (flag.rfind("--", 0) != 0)
+                usage_error("unexpected argument '" + flag + "' (options start with --)");
             else if (i + 1 < argc)
                 value = argv[++i];
             else
                 usage_error(flag + " needs a value");
 
-            if (flag == "--epochs")
-                c.epochs = to_int(flag, value);
-            else if (flag == "--batch-size")
-                c.batch_size = to_int(flag, value);
-            else if (flag == "--lr")
-                c.lr = to_double(flag, value);
-            else if (flag == "--optimizer")
-                c.optimizer = value;
-            else if (flag == "--schedule")
-                c.schedule = value;
-            else if (flag == "--threads")
+            try
             {
-                const std::int64_t t = to_int(flag, value);
-                if (t < 1 || t > 65536)
-                    usage_error("--threads expects an integer in [1, 65536], got '" + value + "'");
-                c.threads = static_cast<int>(t);
+                if (flag == "--epochs")
+                    c.epochs = parse_int_flag(flag, value, 1, max_epochs);
+                else if (flag == "--batch-size")
+                    c.batch_size = parse_int_flag(flag, value, 1, max_batch_size);
+                else if (flag == "--lr")
+                    c.lr = parse_positive_flag(flag, value, max_lr);
+                else if (flag == "--optimizer")
+                    c.optimizer = value;
+                else if (flag == "--schedule")
+                    c.schedule = value;
+                else if (flag == "--threads")
+                    c.threads = static_cast<int>(parse_int_flag(flag, value, 1, max_threads));
+                else if (flag == "--device")
+                    c.device = value;
+                else if (flag == "--data-dir")
+                    c.data_dir = value;
+                else if (flag == "--seed")
+                    c.seed = parse_uint_flag(flag, value, 0, UINT64_MAX);
+                else if (flag == "--out")
+                    c.out = value;
+                else if (flag == "--resume")
+                    c.resume = value;
+                else if (flag == "--format")
+                    c.data_format = value;
+                else if (flag == "--limit")
+                    c.limit = parse_int_flag(flag, value, 0, INT64_MAX);
+                else if (flag == "--test-limit")
+                    c.test_limit = parse_int_flag(flag, value, 0, INT64_MAX);
+                else
+                    usage_error("unknown option '" + flag + "'");
             }
-            else if (flag == "--device")
-                c.device = value;
-            else if (flag == "--data-dir")
-                c.data_dir = value;
-            else if (flag == "--seed")
-                c.seed = static_cast<std::uint64_t>(to_int(flag, value));
-            else if (flag == "--out")
-                c.out = value;
-            else if (flag == "--resume")
-                c.resume = value;
-            else if (flag == "--format")
-                c.data_format = value;
-            else if (flag == "--limit")
-                c.limit = to_int(flag, value);
-            else if (flag == "--test-limit")
-                c.test_limit = to_int(flag, value);
-            else
-                usage_error("unknown option '" + flag + "'");
+            catch (const xgrad::invalid_argument& e)
+            {
+                usage_error(e.what());
+            }
         }
         return c;
     }
@@ -179,22 +165,18 @@ namespace
     xgrad::train::fit_result train(const train_config& c, std::ostream& log, bool log_is_terminal)
     {
         namespace data = xgrad::data;
-        if (c.epochs < 1)
-            throw xgrad::invalid_argument("--epochs must be at least 1, got " + std::to_string(c.epochs));
-        if (c.batch_size < 1)
-            throw xgrad::invalid_argument("--batch-size must be at least 1, got " + std::to_string(c.batch_size));
-        if (!(c.lr > 0))
-            throw xgrad::invalid_argument("--lr must be positive, got " + std::to_string(c.lr));
         if (c.data_format != "NCHW" && c.data_format != "NHWC")
-            throw xgrad::invalid_argument("--format must be NCHW or NHWC, got " + c.data_format);
+            throw xgrad::invalid_argument("--format must be NCHW or NHWC, got '" + c.data_format + "'");
         if (c.threads > 0)
             xgrad::set_num_threads(c.threads);
         const xgrad::device dev = xgrad::parse_device(c.device);
 
+        // Both sets are checked when they are read (an empty set, images of another size than
+        // the model's input) rather than at the first batch or step.
         const auto train_data =
-            std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, true, c.limit));
-        const auto test_data =
-            std::make_shared<const data::image_dataset>(data::load_mnist(c.data_dir, false, c.test_limit));
+            std::make_shared<const data::image_dataset>(xgrad::examples::load_fashion_data(c.data_dir, true, c.limit));
+        const auto test_data = std::make_shared<const data::image_dataset>(
+            xgrad::examples::load_fashion_data(c.data_dir, false, c.test_limit));
         xgrad::generator gen(c.seed);
         auto model = xgrad::examples::make_fashion_model(c.data_format, gen);
         model->to(dev);
@@ -206,7 +188,8 @@ namespace
         lo.data_format = c.data_format;
         lo.prefetch = c.prefetch;
         data::data_loader loader(train_data, lo);
-        const auto schedule = xgrad::optim::make_schedule(c.schedule, c.lr, c.epochs * loader.batches_per_epoch());
+        const auto schedule = xgrad::optim::make_schedule(
+            c.schedule, c.lr, xgrad::checked_mul(c.epochs, loader.batches_per_epoch(), "--epochs * batches per epoch"));
 
         xgrad::train::trainer_options o;
         o.epochs = c.epochs;

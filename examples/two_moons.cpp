@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
+
+#include <xgrad/errors.hpp>
 #include <xgrad/train/evaluate.hpp>
 #include <xgrad/xgrad.hpp>
 
@@ -30,6 +32,21 @@ namespace
         std::int64_t samples = 512;
     };
 
+    const char* usage_text = "usage: two_moons [--epochs N] [--lr X] [--hidden N] [--seed N] [--threads N] "
+                             "[--samples N]\n"
+                             "  --epochs N    full-batch steps, 1 to 1000000 (default 300)\n"
+                             "  --lr X        learning rate, in (0, 1000] (default 0.5)\n"
+                             "  --hidden N    width of the two hidden layers, 1 to 4096 (default 32)\n"
+                             "  --seed N      seed of the data and the weights, 0 to 2^64 - 1 (default 1)\n"
+                             "  --threads N   CPU threads, 0 (xgrad's default) to 65536 (default 0)\n"
+                             "  --samples N   training (and test) points, 2 to 1000000 (default 512)\n";
+
+    [[noreturn]] void usage_error(const std::string& message)
+    {
+        std::fprintf(stderr, "two_moons: %s\n\n%s", message.c_str(), usage_text);
+        std::exit(2);
+    }
+
     options parse(int argc, char** argv)
     {
         options o;
@@ -38,42 +55,34 @@ namespace
             const std::string flag = argv[i];
             if (flag == "--help" || flag == "-h")
             {
-                std::printf("usage: two_moons [--epochs N] [--lr X] [--hidden N] [--seed N] [--threads N] "
-                            "[--samples N]\n");
+                std::printf("%s", usage_text);
                 std::exit(0);
             }
             if (i + 1 >= argc)
-                throw std::invalid_argument("missing value after " + flag);
+                usage_error(flag + " needs a value");
             const std::string value = argv[++i];
-            std::size_t used = 0;
             try
             {
                 if (flag == "--epochs")
-                    o.epochs = std::stoi(value, &used);
+                    o.epochs = static_cast<int>(examples::parse_int_flag(flag, value, 1, 1000000));
                 else if (flag == "--lr")
-                    o.lr = std::stod(value, &used);
+                    o.lr = examples::parse_positive_flag(flag, value, 1000);
                 else if (flag == "--hidden")
-                    o.hidden = std::stoll(value, &used);
+                    o.hidden = examples::parse_int_flag(flag, value, 1, 4096);
                 else if (flag == "--seed")
-                    o.seed = std::stoull(value, &used);
+                    o.seed = examples::parse_uint_flag(flag, value, 0, UINT64_MAX);
                 else if (flag == "--threads")
-                    o.threads = std::stoi(value, &used);
+                    o.threads = static_cast<int>(examples::parse_int_flag(flag, value, 0, 65536));
                 else if (flag == "--samples")
-                    o.samples = std::stoll(value, &used);
+                    o.samples = examples::parse_int_flag(flag, value, 2, 1000000);
                 else
-                    throw std::invalid_argument("unknown flag " + flag + " (see --help)");
+                    usage_error("unknown option '" + flag + "' (see --help)");
             }
-            catch (const std::logic_error&)
+            catch (const xgrad::invalid_argument& e)
             {
-                if (used == 0)
-                    throw std::invalid_argument("bad value '" + value + "' for " + flag);
-                throw;
+                usage_error(e.what());
             }
-            if (used != value.size())
-                throw std::invalid_argument("bad value '" + value + "' for " + flag);
         }
-        if (o.epochs < 1 || o.hidden < 1 || o.samples < 2 || o.threads < 0 || !(o.lr > 0))
-            throw std::invalid_argument("epochs, hidden, samples and lr must be positive, threads >= 0");
         return o;
     }
 

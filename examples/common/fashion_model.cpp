@@ -34,4 +34,22 @@ namespace xgrad::examples
         model->add("fc2", std::make_shared<nn::linear>(128, 10, gen));
         return model;
     }
+
+    data::image_dataset load_fashion_data(const std::filesystem::path& dir, bool train, std::int64_t limit)
+    {
+        data::dataset_options o;
+        o.classes = 10;
+        o.limit = limit;
+        o.rows = fashion_image_rows;
+        o.cols = fashion_image_cols;
+        o.min_size = 1; // an empty set would fail later with a message about steps or batches
+        try
+        {
+            return data::load_mnist(dir, train, o);
+        }
+        catch (const data::data_error& e)
+        {
+            throw data::data_error(std::string(train ? "training set: " : "test set: ") + e.what());
+        }
+    }
 }

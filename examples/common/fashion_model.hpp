@@ -1,9 +1,12 @@
 #pragma once
 // The Fashion-MNIST classifier of examples/train_fashion_mnist and examples/evaluate (the
 // training loop, metrics and checkpoints are the library's: xgrad/train.hpp).
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
+#include "xgrad/data/idx.hpp"
 #include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -13,6 +16,17 @@ namespace xgrad::examples
     /// linear(64*7*7 -> 128)+ReLU, linear(128 -> 10), for 28x28 single-channel images in
     /// `data_format` ("NCHW" or "NHWC"; the layers throw for another). Weights from `gen`.
     std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen);
+
+    /// The image size the model takes (rows, cols).
+    inline constexpr std::int64_t fashion_image_rows = 28;
+    inline constexpr std::int64_t fashion_image_cols = 28;
+
+    /// The training or test set of an MNIST-format folder, as the model needs it: images of
+    /// fashion_image_rows x fashion_image_cols, at least one, labels below 10, checked when the
+    /// files are read; `limit` > 0 keeps the first `limit` examples. Throws data::data_error
+    /// "training set: <file>: <what>" (or "test set: ..."), xgrad::invalid_argument for
+    /// limit < 0.
+    data::image_dataset load_fashion_data(const std::filesystem::path& dir, bool train, std::int64_t limit);
 
     /// The names of Fashion-MNIST's ten classes, by label.
     extern const char* const fashion_mnist_classes[10];

@@ -21,7 +21,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
-#include <limits>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -29,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/half.hpp"
@@ -202,11 +202,9 @@ namespace xgrad::data
             reject("the dataset has size " + std::to_string(ds.size) + ", rows " + std::to_string(ds.rows) + ", cols " +
                    std::to_string(ds.cols) + ", classes " + std::to_string(ds.classes) +
                    "; sizes must be >= 0 and classes >= 1");
-        constexpr std::int64_t max_value = std::numeric_limits<std::int64_t>::max();
-        const bool overflow = (ds.rows != 0 && ds.cols > max_value / ds.rows) ||
-                              (ds.rows * ds.cols != 0 && ds.size > max_value / (ds.rows * ds.cols));
-        const std::int64_t pixels = overflow ? 0 : ds.rows * ds.cols;
-        if (overflow || ds.images.size() != static_cast<std::uint64_t>(ds.size * pixels))
+        const std::int64_t pixels = checked_mul(ds.rows, ds.cols, "data_loader: the dataset's rows * cols");
+        const std::int64_t bytes = checked_mul(ds.size, pixels, "data_loader: the dataset's size * rows * cols");
+        if (ds.images.size() != static_cast<std::uint64_t>(bytes))
             reject("the dataset's images hold " + std::to_string(ds.images.size()) +
                    " bytes, expected size * rows * cols = " + std::to_string(ds.size) + " * " +
                    std::to_string(ds.rows) + " * " + std::to_string(ds.cols));
@@ -317,5 +315,6 @@ namespace xgrad::data
 
     std::int64_t data_loader::batches_per_epoch() const noexcept { return m_impl->m_batches; }
     std::int64_t data_loader::size() const noexcept { return m_impl->m_dataset->size; }
+    const image_dataset& data_loader::dataset() const noexcept { return *m_impl->m_dataset; }
     const loader_options& data_loader::options() const noexcept { return m_impl->m_options; }
 }

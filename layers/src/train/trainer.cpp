@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/loss.hpp"
 #include "xgrad/train/checkpoints.hpp"
@@ -36,10 +37,31 @@ namespace xgrad::train
         if (m_options.test_batch_size < 1)
             throw xgrad::invalid_argument("trainer: test_batch_size must be at least 1, got " +
                                           std::to_string(m_options.test_batch_size));
+        // epoch_metrics numbers epochs as int.
+        if (m_options.epochs > std::numeric_limits<int>::max())
+            throw xgrad::invalid_argument("trainer: epochs must be at most " +
+                                          std::to_string(std::numeric_limits<int>::max()) + ", got " +
+                                          std::to_string(m_options.epochs));
+        if (m_loader.size() == 0)
+            throw xgrad::invalid_argument("trainer: the training set holds no examples");
         if (m_loader.batches_per_epoch() < 1)
             throw xgrad::invalid_argument("trainer: the training loader has no batch per epoch (" +
                                           std::to_string(m_loader.size()) + " examples, batch size " +
                                           std::to_string(m_loader.options().batch_size) + ")");
+        // The schedule's global step, epoch * batches_per_epoch + batch, must not overflow.
+        checked_mul(m_options.epochs, m_loader.batches_per_epoch(), "trainer: epochs * batches per epoch");
+        if (m_options.test_data)
+        {
+            const data::image_dataset& train = m_loader.dataset();
+            const data::image_dataset& test = *m_options.test_data;
+            if (test.size == 0)
+                throw xgrad::invalid_argument("trainer: the test set holds no examples (test_data is set but empty)");
+            if (test.rows != train.rows || test.cols != train.cols)
+                throw xgrad::invalid_argument("trainer: the test set's images are " + std::to_string(test.rows) + "x" +
+                                              std::to_string(test.cols) + ", the training set's " +
+                                              std::to_string(train.rows) + "x" + std::to_string(train.cols) +
+                                              " (rows x cols): the model takes one size");
+        }
     }
 
     io::checkpoint_info trainer::resume(const std::filesystem::path& checkpoint)

@@ -179,7 +179,7 @@ TEST_CASE("IDX: every reading error names the file and the problem")
 
     // Cannot open.
     CHECK_ERROR(read_idx(dir / "missing.idx"), data_error, dir.text("missing.idx"), "cannot open", error_text(ENOENT));
-    CHECK_ERROR(read_file_bytes(dir.path), data_error, dir.text(), error_text(EISDIR));
+    CHECK_ERROR(read_file_bytes(dir.path), data_error, dir.text(), "not a regular file (a directory)");
     // Not gzip.
     const auto p = put("plain.idx.gz", concat(idx_header({2}), {1, 2}));
     CHECK_ERROR(read_idx(p), data_error, dir.text("plain.idx.gz"), "not a gzip file", "0x00 0x00");

@@ -327,6 +327,16 @@ TEST_CASE("data_loader: errors")
     auto short_labels = make_dataset(10);
     short_labels->labels.pop_back();
     CHECK_ERROR(data_loader(short_labels, plain_options(4)), xgrad::invalid_argument, "labels hold 9 bytes");
+    // Sizes whose product overflows are named as such (checked arithmetic), not compared wrapped.
+    auto huge = make_dataset(0);
+    huge->rows = std::int64_t{1} << 32;
+    huge->cols = std::int64_t{1} << 32;
+    CHECK_ERROR(data_loader(huge, plain_options(4)), xgrad::invalid_argument, "data_loader: the dataset's rows * cols",
+                "4294967296 * 4294967296 overflows");
+    huge->rows = 1 << 20;
+    huge->cols = 1 << 20;
+    huge->size = std::int64_t{1} << 40;
+    CHECK_ERROR(data_loader(huge, plain_options(4)), xgrad::invalid_argument, "size * rows * cols", "overflows");
 
     data_loader loader(ds, plain_options(4));
     CHECK_THROWS_AS(loader.next(), std::logic_error);

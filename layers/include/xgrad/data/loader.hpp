@@ -72,6 +72,8 @@ namespace xgrad::data
         /// Batches per epoch: ceil(size / batch_size), or floor with drop_last.
         std::int64_t batches_per_epoch() const noexcept;
         std::int64_t size() const noexcept;
+        /// The dataset the loader reads (shared, unchanged while the loader exists).
+        const image_dataset& dataset() const noexcept;
         const loader_options& options() const noexcept;
 
     private:

@@ -50,7 +50,7 @@ namespace xgrad::train
         using loss_fn_type = std::function<tensor(const tensor& logits, const tensor& labels)>;
         using epoch_callback_type = std::function<void(const epoch_metrics&)>;
 
-        /// Epochs of the whole run (>= 1), counting those done before a resume.
+        /// Epochs of the whole run, in [1, INT_MAX], counting those done before a resume.
         std::int64_t epochs = 1;
         /// Where the model is; every batch is moved there.
         xgrad::device device = cpu_device;
@@ -95,8 +95,11 @@ namespace xgrad::train
     public:
         using size_type = std::int64_t;
 
-        /// Throws xgrad::invalid_argument naming the option for epochs < 1, test_batch_size < 1,
-        /// or a loader with no batch per epoch.
+        /// Throws xgrad::invalid_argument naming the option for epochs outside [1, INT_MAX]
+        /// (epoch_metrics numbers epochs as int), test_batch_size < 1, an empty training set, a
+        /// loader with no batch per epoch, epochs * batches per epoch overflowing (the
+        /// schedule's global step), an empty test set, or test images of another size than the
+        /// training images (naming both sizes).
         trainer(nn::module& model, optim::optimizer& optimizer, data::data_loader& train_loader,
                 trainer_options options);
 

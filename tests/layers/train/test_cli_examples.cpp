@@ -1,0 +1,254 @@
+// The example programs run with bad command lines and bad datasets: every numeric flag out of
+// range is a usage error (exit status 2) naming the flag, the value and the range; a dataset
+// the model cannot take is an error (exit status 1) naming the file and what is wrong, raised
+// when the data is read, before training. Registered only when the examples are built; the
+// programs' paths come from CMake.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "xgrad/data/idx.hpp"
+
+namespace fs = std::filesystem;
+using xgrad::data::idx_array;
+using xgrad::data::write_idx;
+
+namespace
+{
+    struct scratch_folder
+    {
+        fs::path path;
+        scratch_folder()
+        {
+            static std::atomic<int> counter{0};
+            std::random_device rd;
+            path = fs::temp_directory_path() /
+                   ("xgrad_test_cli_" + std::to_string(rd()) + "_" + std::to_string(counter.fetch_add(1)));
+            fs::create_directories(path);
+        }
+        ~scratch_folder()
+        {
+            std::error_code ec;
+            fs::remove_all(path, ec);
+        }
+        fs::path operator/(const std::string& name) const { return path / name; }
+    };
+
+    struct run_result
+    {
+        int status = -1;      // exit status; -1 when killed by a signal (the 120 s alarm included)
+        std::string output;   // stdout and stderr
+        long peak_rss_kb = 0; // the program's peak resident set
+    };
+
+    /// Runs `program` with `args`, its output into a file of `dir`, killed after 120 s.
+    run_result run(const char* program, const std::vector<std::string>& args, const fs::path& dir)
+    {
+        const fs::path log = dir / "output.txt";
+        std::vector<char*> argv{const_cast<char*>(program)};
+        for (const auto& a : args)
+            argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        std::fflush(nullptr);
+        const pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0)
+        {
+            const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+                _exit(126);
+            alarm(120);
+            execv(program, argv.data());
+            _exit(127);
+        }
+        int status = 0;
+        rusage usage{};
+        REQUIRE(wait4(pid, &status, 0, &usage) == pid);
+        run_result r;
+        r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r.peak_rss_kb = usage.ru_maxrss;
+        std::ifstream in(log);
+        r.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        return r;
+    }
+
+    /// Checks that the run exited with `status` and printed every one of `parts`.
+    void check_run(const run_result& r, int status, const std::vector<std::string>& parts)
+    {
+        CHECK_MESSAGE(r.status == status, "exit status " << r.status << ", output:\n" << r.output);
+        for (const auto& part : parts)
+            CHECK_MESSAGE(r.output.find(part) != std::string::npos, "output lacks '" << part << "':\n" << r.output);
+    }
+
+    /// An MNIST-format folder: `train` and `test` images of rows x cols, one label each.
+    void write_set(const fs::path& dir, const char* prefix, std::int64_t n, std::int64_t rows, std::int64_t cols,
+                   std::int64_t labels = -1)
+    {
+        fs::create_directories(dir);
+        const std::string p = prefix;
+        write_idx(dir / (p + "-images-idx3-ubyte"),
+                  idx_array{{n, rows, cols}, std::vector<std::uint8_t>(static_cast<std::size_t>(n * rows * cols), 9)});
+        const std::int64_t m = labels < 0 ? n : labels;
+        std::vector<std::uint8_t> l(static_cast<std::size_t>(m));
+        for (std::size_t i = 0; i < l.size(); ++i)
+            l[i] = static_cast<std::uint8_t>(i % 10);
+        write_idx(dir / (p + "-labels-idx1-ubyte.gz"), idx_array{{m}, l});
+    }
+    /// A gzip file of `head` and then `zeros` zero bytes, deflated a MiB at a time.
+    void write_gzip(const fs::path& path, std::vector<std::uint8_t> head, std::size_t zeros)
+    {
+        z_stream z{};
+        REQUIRE(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY) == Z_OK);
+        std::ofstream out(path, std::ios::binary);
+        std::vector<std::uint8_t> in = std::move(head), buf(1 << 20);
+        for (bool last = false; !last;)
+        {
+            const std::size_t more = std::min(zeros, std::size_t{1} << 20);
+            in.resize(in.size() + more, 0);
+            zeros -= more;
+            last = zeros == 0;
+            z.next_in = in.data();
+            z.avail_in = static_cast<uInt>(in.size());
+            do
+            {
+                z.next_out = buf.data();
+                z.avail_out = static_cast<uInt>(buf.size());
+                deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
+                out.write(reinterpret_cast<const char*>(buf.data()),
+                          static_cast<std::streamsize>(buf.size() - z.avail_out));
+            } while (z.avail_out == 0);
+            in.clear();
+        }
+        deflateEnd(&z);
+        REQUIRE(out.good());
+    }
+}
+
+TEST_CASE("examples: a small .gz that inflates far past its header costs train_fashion_mnist no memory")
+{
+    scratch_folder dir;
+    // One 28x28 image announced, 128 MiB of zeros behind it, in a 130 kB file.
+    std::vector<std::uint8_t> head = {0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 28, 0, 0, 0, 28};
+    head.resize(head.size() + 28 * 28, 5);
+    write_gzip(dir / "train-images-idx3-ubyte.gz", head, std::size_t{128} << 20);
+    write_idx(dir / "train-labels-idx1-ubyte", idx_array{{1}, {3}});
+    const run_result r = run(XGRAD_TRAIN_FASHION_MNIST,
+                             {"--data-dir", dir.path.string(), "--out", (dir / "out").string()}, dir.path);
+    check_run(r, 1, {"training set: " + (dir / "train-images-idx3-ubyte.gz").string() + ": trailing data"});
+    // The program itself takes a few tens of MB; inflating the stream would take 128 MiB more.
+    CHECK_MESSAGE(r.peak_rss_kb < 96 * 1024, "peak RSS " << r.peak_rss_kb << " kB");
+}
+
+TEST_CASE("examples: every numeric flag out of range is a usage error naming flag, value and range")
+{
+    scratch_folder dir;
+    struct bad_flag
+    {
+        const char* program;
+        std::vector<std::string> args;
+        std::vector<std::string> message;
+    };
+    const std::string int64_max = "9223372036854775807";
+    const std::vector<bad_flag> cases = {
+        {XGRAD_TRAIN_FASHION_MNIST,
+         {"--epochs", int64_max},
+         {"--epochs expects an integer in [1, 1000000], got '" + int64_max + "'"}},
+        {XGRAD_TRAIN_FASHION_MNIST, {"--epochs=0"}, {"--epochs", "got '0'"}},
+        {XGRAD_TRAIN_FASHION_MNIST,
+         {"--batch-size", "99999999999999999999"},
+         {"--batch-size expects an integer in [1, 1000000]"}},
+        {XGRAD_TRAIN_FASHION_MNIST, {"--batch-size", "-64"}, {"--batch-size", "got '-64'"}},
+        {XGRAD_TRAIN_FASHION_MNIST,
+         {"--threads", "65537"},
+         {"--threads expects an integer in [1, 65536], got '65537'"}},
+        {XGRAD_TRAIN_FASHION_MNIST,
+         {"--seed", "-1"},
+         {"--seed expects an integer in [0, 18446744073709551615], got '-1'"}},
+        {XGRAD_TRAIN_FASHION_MNIST, {"--seed", "18446744073709551616"}, {"--seed", "got '18446744073709551616'"}},
+        {XGRAD_TRAIN_FASHION_MNIST,
+         {"--limit", "-1"},
+         {"--limit expects an integer in [0, " + int64_max + "], got '-1'"}},
+        {XGRAD_TRAIN_FASHION_MNIST, {"--test-limit", "1e3"}, {"--test-limit expects an integer", "got '1e3'"}},
+        {XGRAD_TRAIN_FASHION_MNIST, {"--lr", "inf"}, {"--lr expects a number in (0, 1000], got 'inf'"}},
+        {XGRAD_TRAIN_FASHION_MNIST, {"--lr", "0"}, {"--lr", "got '0'"}},
+        {XGRAD_EVALUATE,
+         {"--threads", "0", "--checkpoint", "c"},
+         {"--threads expects an integer in [1, 65536], got '0'"}},
+        {XGRAD_EVALUATE,
+         {"--limit", int64_max + "0", "--checkpoint", "c"},
+         {"--limit expects an integer in [0, " + int64_max + "]"}},
+        {XGRAD_TWO_MOONS,
+         {"--epochs", int64_max},
+         {"--epochs expects an integer in [1, 1000000], got '" + int64_max + "'"}},
+        {XGRAD_TWO_MOONS, {"--hidden", "100000"}, {"--hidden expects an integer in [1, 4096], got '100000'"}},
+        {XGRAD_TWO_MOONS, {"--seed", "-1"}, {"--seed expects an integer in [0, 18446744073709551615], got '-1'"}},
+        {XGRAD_TWO_MOONS, {"--threads", "-1"}, {"--threads expects an integer in [0, 65536], got '-1'"}},
+        {XGRAD_TWO_MOONS, {"--samples", "1"}, {"--samples expects an integer in [2, 1000000], got '1'"}},
+        {XGRAD_TWO_MOONS, {"--lr", "nan"}, {"--lr expects a number in (0, 1000], got 'nan'"}},
+    };
+    for (const auto& c : cases)
+    {
+        CAPTURE(c.program);
+        CAPTURE(c.args[0]);
+        check_run(run(c.program, c.args, dir.path), 2, c.message);
+    }
+    // In range: accepted (a short run).
+    check_run(run(XGRAD_TWO_MOONS,
+                  {"--epochs", "2", "--samples", "16", "--hidden", "4", "--seed", "18446744073709551615"}, dir.path),
+              0, {"final train loss"});
+}
+
+TEST_CASE("examples: a dataset the model cannot take is named when it is read")
+{
+    scratch_folder dir;
+    const auto train = [&](const fs::path& data) {
+        return run(XGRAD_TRAIN_FASHION_MNIST,
+                   {"--data-dir", data.string(), "--epochs", "1", "--out", (dir / "out").string(), "--threads", "1"},
+                   dir.path);
+    };
+    // 32x32 training images: the file, the size found and the size the model takes.
+    write_set(dir / "d32", "train", 4, 32, 32);
+    write_set(dir / "d32", "t10k", 4, 28, 28);
+    check_run(train(dir / "d32"), 1,
+              {"training set: " + (dir / "d32" / "train-images-idx3-ubyte").string(), "32x32", "expected 28x28"});
+    // The same for the test set, through evaluate too.
+    write_set(dir / "t32", "train", 4, 28, 28);
+    write_set(dir / "t32", "t10k", 4, 28, 32);
+    check_run(train(dir / "t32"), 1,
+              {"test set: " + (dir / "t32" / "t10k-images-idx3-ubyte").string(), "28x32", "expected 28x28"});
+    // An empty training set: said first, naming the file.
+    write_set(dir / "empty", "train", 0, 28, 28);
+    write_set(dir / "empty", "t10k", 4, 28, 28);
+    const run_result empty = train(dir / "empty");
+    check_run(empty, 1, {"training set: " + (dir / "empty" / "train-images-idx3-ubyte").string(), "holds no images"});
+    CHECK_MESSAGE(empty.output.find("make_schedule") == std::string::npos, empty.output);
+    // Labels and images that disagree: both files and both counts.
+    write_set(dir / "count", "train", 5, 28, 28, 4);
+    write_set(dir / "count", "t10k", 4, 28, 28);
+    check_run(train(dir / "count"), 1,
+              {(dir / "count" / "train-images-idx3-ubyte").string() + ": holds 5 images but " +
+               (dir / "count" / "train-labels-idx1-ubyte.gz").string() + " holds 4 labels"});
+    // A dataset it can take trains (one epoch of 4 images).
+    write_set(dir / "good", "train", 4, 28, 28);
+    write_set(dir / "good", "t10k", 4, 28, 28);
+    check_run(train(dir / "good"), 0, {"test accuracy after 1 epochs"});
+    // evaluate checks the test set the same way.
+    const std::string checkpoint = (dir / "out" / "checkpoint_epoch_1.safetensors").string();
+    check_run(run(XGRAD_EVALUATE, {"--checkpoint", checkpoint, "--data-dir", (dir / "t32").string()}, dir.path), 1,
+              {"test set: " + (dir / "t32" / "t10k-images-idx3-ubyte").string(), "28x32", "expected 28x28"});
+}
