@@ -175,7 +175,7 @@ namespace xgrad::cuda
             {
                 const double sd = s[0], sq = s[1];
                 const double v = (sq - sd * sd / R) / R;
-                mean[c] = static_cast<S>(static_cast<double>(m[c]) + sd / R);
+                mean[c] = static_cast<S>(kernels::bn_refined_mean(static_cast<double>(m[c]), sd, R));
                 var[c] = static_cast<S>(v < 0 ? 0.0 : v);
                 if (coef)
                     normalize_coef<S>(coef, C, c, scale, offset, mean, var, eps);

@@ -145,7 +145,7 @@ namespace xgrad::cpu
                 // Corrected two-pass: exact in exact arithmetic for any centre m[c].
                 const double sd = d[c], sq = d[geo.C + c];
                 const double v = (sq - sd * sd / dR) / dR;
-                mo[c] = static_cast<S>(static_cast<double>(m[c]) + sd / dR);
+                mo[c] = static_cast<S>(kernels::bn_refined_mean(static_cast<double>(m[c]), sd, dR));
                 vo[c] = static_cast<S>(v < 0 ? 0.0 : v); // NaN stays NaN
             }
         }

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "core/src/dispatch.hpp"
+#include "tests/support/batch_norm_edges.hpp"
 #include "xgrad/ops/batch_norm.hpp"
 
 using namespace cuda_test;
@@ -31,6 +32,19 @@ namespace
             return {2, 3, 4, 3, 7};
         return {2, 7, 3, 4, 3}; // NCDHW
     }
+}
+
+TEST_CASE("cuda batch norm ops: a channel holding +-Inf has mean +-Inf (the contract's formula)")
+{
+    for (const char* format : {"NHWC", "NCHW"})
+        for (const dtype dt : {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16})
+            for (const std::int64_t C : {std::int64_t{6}, std::int64_t{19}})
+            {
+                CAPTURE(std::string(format));
+                CAPTURE(dt);
+                CAPTURE(C);
+                batch_norm_edges::check_edges(format, dt, C, gpu);
+            }
 }
 
 TEST_CASE("cuda batch norm ops: forward, gradient and ReLU fusion match the CPU")
