@@ -13,6 +13,7 @@
 
 #include "common/cli.hpp"
 #include "common/fashion_model.hpp"
+#include "xgrad/train/checkpoints.hpp"
 #include "xgrad/train/evaluate.hpp"
 
 namespace
@@ -73,24 +74,21 @@ int main(int argc, char** argv)
         if (threads > 0)
             xgrad::set_num_threads(threads);
         const xgrad::device dev = xgrad::parse_device(device);
-        // The layout is part of the model: read it before building the model to load into.
-        const auto content = xgrad::io::load_safetensors(checkpoint);
-        const auto fmt = content.metadata.find("data_format");
-        if (fmt == content.metadata.end())
-            throw xgrad::io::format_error(checkpoint +
-                                          ": no 'data_format' metadata: not written by train_fashion_mnist");
+        // The layout is part of the model: read it (from the header only, checked against the
+        // accepted layouts and naming the file) before building the model to load into.
+        const std::string fmt = xgrad::train::checkpoint_data_format(checkpoint);
         xgrad::generator gen(0); // the weights are replaced by the checkpoint's
-        auto model = xgrad::examples::make_fashion_model(fmt->second, gen);
+        auto model = xgrad::examples::make_fashion_model(fmt, gen);
         model->to(dev);
         const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
         const auto test = std::make_shared<const xgrad::data::image_dataset>(
             xgrad::examples::load_fashion_data(data_dir, false, limit));
         xgrad::train::evaluate_options eo;
         eo.device = dev;
-        eo.data_format = fmt->second;
+        eo.data_format = fmt;
         const auto ev = xgrad::train::evaluate_classifier(*model, test, eo);
 
-        std::cout << "checkpoint: " << checkpoint << " (epoch " << info.epoch << ", " << fmt->second << ")\n"
+        std::cout << "checkpoint: " << checkpoint << " (epoch " << info.epoch << ", " << fmt << ")\n"
                   << "test images: " << test->size << "\n"
                   << "test loss: " << std::fixed << std::setprecision(4) << ev.loss << "\n"
                   << "test accuracy: " << std::setprecision(2) << 100.0 * ev.accuracy << "%\n\n"

@@ -68,4 +68,3 @@ namespace batch_norm_edges
         }
     }
 }
-

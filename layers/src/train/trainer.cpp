@@ -68,8 +68,8 @@ namespace xgrad::train
     {
         // The metadata is checked before the state is loaded (load_checkpoint changes nothing
         // when it throws, but a compatible-looking file of another run must not be loaded).
-        const io::safetensors_content content = io::load_safetensors(checkpoint);
-        check_resume_compatible(checkpoint, content.metadata, m_options.run_metadata);
+        // Only the header is read here: the tensors are read once, by load_checkpoint.
+        check_resume_compatible(checkpoint, io::read_safetensors_metadata(checkpoint), m_options.run_metadata);
         std::vector<epoch_metrics> earlier;
         if (!m_options.out.empty() && std::filesystem::exists(m_options.out / "metrics.csv"))
             earlier = read_metrics_csv(m_options.out / "metrics.csv");

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "xgrad/data/idx.hpp"
+#include "xgrad/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 using xgrad::data::idx_array;
@@ -251,4 +252,12 @@ TEST_CASE("examples: a dataset the model cannot take is named when it is read")
     const std::string checkpoint = (dir / "out" / "checkpoint_epoch_1.safetensors").string();
     check_run(run(XGRAD_EVALUATE, {"--checkpoint", checkpoint, "--data-dir", (dir / "t32").string()}, dir.path), 1,
               {"test set: " + (dir / "t32" / "t10k-images-idx3-ubyte").string(), "28x32", "expected 28x28"});
+    // A checkpoint whose layout metadata is not one the model takes is named, with the field,
+    // the value and the accepted values, before a model is built with it.
+    auto content = xgrad::io::load_safetensors(checkpoint);
+    content.metadata["data_format"] = "bogus";
+    const std::string bogus = (dir / "bogus.safetensors").string();
+    xgrad::io::save_safetensors(bogus, content.tensors, content.metadata);
+    check_run(run(XGRAD_EVALUATE, {"--checkpoint", bogus, "--data-dir", (dir / "good").string()}, dir.path), 1,
+              {bogus + ": metadata 'data_format' is 'bogus', not one of the accepted values 'NCHW', 'NHWC'"});
 }
