@@ -18,6 +18,7 @@
 
 #include "backends/common/convert.hpp"
 #include "backends/cuda/device_loop.hpp"
+#include "xgrad/checked.hpp"
 
 namespace xgrad::cuda
 {
@@ -69,7 +70,7 @@ namespace xgrad::cuda
                 }
             for (int k = 0; k < N; ++k)
             {
-                w.numel *= extents[order[k]];
+                w.numel = checked_mul(w.numel, extents[order[k]], "cuda unfold2d/fold2d: elements of a walk");
                 if (extents[order[k]] != 1)
                 {
                     w.dim[w.m] = order[k];
@@ -200,6 +201,9 @@ namespace xgrad::cuda
     void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides, dtype dt,
                   const kernels::window2d_dims& d, double pad_value)
     {
+        // An empty cols: nothing to write.
+        if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
+            return;
         switch (dt)
         {
         case dtype::float32: return unfold_typed<float, std::uint32_t>(cols, cols_strides, x, x_strides, d, pad_value);
@@ -216,6 +220,9 @@ namespace xgrad::cuda
     void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
                 const kernels::window2d_dims& d)
     {
+        // An empty x: nothing to sum into.
+        if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0)
+            return;
         const strides4 xs = copy4(x_strides);
         const strides6 cs = copy6(cols_strides);
         switch (dt)
