@@ -56,7 +56,11 @@ namespace xgrad::kernels::detail
         {
             bool merge = !sp.shape.empty();
             for (std::size_t k = 0; k < N && merge; ++k)
-                merge = sp.strides[k].back() == strides[k][d] * shape[d];
+            {
+                // A product past int64 is no operand's stride: the dims stay apart.
+                std::int64_t outer = 0;
+                merge = !__builtin_mul_overflow(strides[k][d], shape[d], &outer) && sp.strides[k].back() == outer;
+            }
             if (merge)
             {
                 sp.shape.back() *= shape[d];
