@@ -23,6 +23,7 @@
 #include "../dispatch.hpp"
 #include "conv_internal.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
@@ -58,12 +59,22 @@ namespace xgrad
                                                 " in both axes");
             // With dilation (or an empty input) a window can fall entirely in padding even so.
             // Window o reads positions first + k * dilation, first = o * stride - padding; the
-            // first tap at or after position 0 must exist and lie before the end.
+            // first tap at or after position 0 must exist and lie before the end. Two windows
+            // per axis decide it, so the check costs O(1) whatever the extents:
+            // - a window with first >= 0 reaches the input iff first < in, and first grows with
+            //   o, so the last window is the one to test;
+            // - a window with first < 0 has -first <= padding <= kernel / 2, so its first tap at
+            //   or after 0, k = ceil(-first / dilation) <= -first, exists (k < kernel), at a
+            //   position below dilation; that is inside when in >= dilation. When in <
+            //   dilation, a non-empty output (in + 2 * padding >= dilation * (kernel - 1) + 1)
+            //   with 2 * padding <= kernel gives in >= (dilation - 1) * (kernel - 1), hence
+            //   kernel <= 2 and padding <= 1 (or in = 0, where window 0 fails): only window 0
+            //   has first < 0.
             const std::array<std::int64_t, 2> in{s.im.h, s.im.w};
             for (std::size_t a = 0; a < 2; ++a)
             {
                 const window2d& w = s.window;
-                for (std::int64_t o = 0; o < s.out[a]; ++o)
+                for (const std::int64_t o : {std::int64_t{0}, s.out[a] - 1})
                 {
                     const std::int64_t first = o * w.stride[a] - w.padding[a];
                     const std::int64_t k = first >= 0 ? 0 : (w.dilation[a] - 1 - first) / w.dilation[a];
@@ -117,7 +128,9 @@ namespace xgrad
             cells.reserve(static_cast<std::size_t>(o));
             for (std::int64_t i = 0; i < o; ++i)
             {
-                const std::int64_t begin = i * n / o, end = ((i + 1) * n + o - 1) / o;
+                const char* what = "adaptive_avg_pool2d: a cell bound (cell index times input extent)";
+                const std::int64_t begin = checked_mul(i, n, what) / o;
+                const std::int64_t end = checked_add(checked_mul(i + 1, n, what), o - 1, what) / o;
                 cells.push_back(mean(slice(x, dim, begin, end), {dim}, true));
             }
             return concat(cells, dim);
@@ -135,11 +148,16 @@ namespace xgrad
         const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
                                                      : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
         tensor idx = detail::empty(out_shape, dtype::int64, x.device());
-        const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
-        const auto xs = detail::image_strides(xc.strides(), s.channels_last);
-        const auto is = detail::image_strides(idx.strides(), s.channels_last);
-        detail::backend_for(x.device())
-            .max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(), x.dtype(), d);
+        // No window, no kernel call: its per-row and per-column scratch is sized by the output
+        // extents, which an empty batch or channel axis leaves unbounded.
+        if (idx.numel() != 0)
+        {
+            const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
+            const auto xs = detail::image_strides(xc.strides(), s.channels_last);
+            const auto is = detail::image_strides(idx.strides(), s.channels_last);
+            detail::backend_for(x.device())
+                .max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(), x.dtype(), d);
+        }
         return take(xc, idx);
     }
 
@@ -147,7 +165,9 @@ namespace xgrad
     {
         const pool_setup s = check_pool(x, p, data_format, "avg_pool2d");
         const tensor cols = unfold2d(x, s.window, data_format);
-        if (p.count_include_pad)
+        // An empty result needs no divisor: inside_count would unfold a plane of ones as large
+        // as x's spatial extent for nothing.
+        if (p.count_include_pad || cols.numel() == 0)
             return to_image(mean(taps_view(cols, s), {1}), s);
         const tensor sums = sum(taps_view(cols, s), {1});
         if (s.channels_last)
@@ -168,6 +188,16 @@ namespace xgrad
         if (im.h < 1 || im.w < 1)
             detail::window_fail(op, "x of shape " + shape_to_string(x.shape()) + " (" + std::string(data_format) +
                                         ") has an empty spatial extent; every output cell needs at least one element");
+        const shape_type out_shape = cl ? shape_type{im.n, output_size[0], output_size[1], im.c}
+                                        : shape_type{im.n, im.c, output_size[0], output_size[1]};
+        const std::int64_t out_numel = checked_product({im.n, im.c, output_size[0], output_size[1]},
+                                                       "adaptive_avg_pool2d: output elements");
+        checked_bytes(out_numel, itemsize(x.dtype()), "adaptive_avg_pool2d: output bytes");
+        // No element, no cell to average: the (empty) result is the per-image mean broadcast
+        // to the output shape, at a cost independent of output_size (still recorded, so that
+        // the gradient of x is its empty zeros).
+        if (out_numel == 0)
+            return expand(mean(x, {im.h_axis, im.w_axis}, true), out_shape);
         if (output_size[0] == 1 && output_size[1] == 1)
             return mean(x, {im.h_axis, im.w_axis}, true);
         if (im.h % output_size[0] == 0 && im.w % output_size[1] == 0)
