@@ -40,16 +40,18 @@ namespace xgrad::kernels::detail
     {
         space<N> sp;
         std::vector<int> dims;
+        // An empty space first: its other extents may multiply past int64.
         for (int d = 0; d < ndim; ++d)
-        {
             if (shape[d] == 0)
             {
                 sp.numel = 0;
                 return sp;
             }
+        for (int d = 0; d < ndim; ++d)
+        {
             if (shape[d] != 1)
                 dims.push_back(d);
-            sp.numel *= shape[d];
+            sp.numel *= shape[d]; // the element count of a non-empty view, which fits
         }
         std::stable_sort(dims.begin(), dims.end(), [&](int p, int q) { return strides[0][p] > strides[0][q]; });
         for (const int d : dims)
