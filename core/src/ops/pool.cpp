@@ -15,6 +15,7 @@
 // rectangle is the mean over one axis of the means over the other).
 #include "xgrad/ops/pool.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -119,21 +120,54 @@ namespace xgrad
             return cl ? reshape(counts, {s.out[0], s.out[1], 1}) : reshape(counts, {s.out[0], s.out[1]});
         }
 
-        /// Mean over axis `dim` of each of the `o` adaptive cells of an axis of extent n.
+        /// Mean over axis `dim` of each of the `o` adaptive cells of an axis of extent n, in a
+        /// fixed number of ops whatever o is: the axis is moved last and a zero appended to it;
+        /// each cell gathers (take) its elements, at most L of them, the shorter cells padded
+        /// with positions of that zero; the sums over L are divided by the cell lengths. The
+        /// positions number R * o * L for R rows of the other axes, and L <= n / o + 2, so the
+        /// scratch is of the order of the input plus the output.
         tensor adaptive_axis(const tensor& x, std::int64_t dim, std::int64_t n, std::int64_t o)
         {
             if (n == o)
                 return x;
-            std::vector<tensor> cells;
-            cells.reserve(static_cast<std::size_t>(o));
+            const char* what = "adaptive_avg_pool2d: the cells along an axis";
+            std::vector<std::int64_t> first(static_cast<std::size_t>(o)), length(first.size());
+            std::int64_t widest = 0;
             for (std::int64_t i = 0; i < o; ++i)
             {
-                const char* what = "adaptive_avg_pool2d: a cell bound (cell index times input extent)";
-                const std::int64_t begin = checked_mul(i, n, what) / o;
-                const std::int64_t end = checked_add(checked_mul(i + 1, n, what), o - 1, what) / o;
-                cells.push_back(mean(slice(x, dim, begin, end), {dim}, true));
+                const std::int64_t b = checked_mul(i, n, what) / o;
+                const std::int64_t e = checked_add(checked_mul(i + 1, n, what), o - 1, what) / o;
+                first[static_cast<std::size_t>(i)] = b;
+                length[static_cast<std::size_t>(i)] = e - b;
+                widest = std::max(widest, e - b);
             }
-            return concat(cells, dim);
+            std::vector<std::int64_t> to_last, back(static_cast<std::size_t>(x.dim()));
+            for (std::int64_t k = 0; k < x.dim(); ++k)
+                if (k != dim)
+                    to_last.push_back(k);
+            to_last.push_back(dim);
+            for (std::size_t k = 0; k < to_last.size(); ++k)
+                back[static_cast<std::size_t>(to_last[k])] = static_cast<std::int64_t>(k);
+            const tensor xt = permute(x, to_last);
+            shape_type rows_shape(xt.shape().begin(), xt.shape().end() - 1), one = rows_shape;
+            one.push_back(1);
+            const tensor padded = concat({xt, zeros(one, x.dtype(), x.device())}, -1); // [..., n + 1]
+            const std::int64_t rows = numel_of(rows_shape);
+            const std::int64_t count = checked_product({rows, o, widest}, what);
+            std::vector<std::int64_t> pos(checked_bytes(count, sizeof(std::int64_t), what) / sizeof(std::int64_t));
+            std::size_t at = 0;
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::size_t i = 0; i < first.size(); ++i)
+                    for (std::int64_t j = 0; j < widest; ++j)
+                        pos[at++] = r * (n + 1) + (j < length[i] ? first[i] + j : n);
+            const tensor idx = from_host(pos.data(), {rows, o, widest}, dtype::int64, x.device());
+            std::vector<double> lengths(length.begin(), length.end());
+            const tensor divisor = detail::raw_cast(from_host(lengths.data(), {o}, dtype::float64, x.device()),
+                                                    x.dtype());
+            const tensor means = div(sum(take(padded, idx), {2}), divisor); // [rows, o]
+            shape_type out_shape = rows_shape;
+            out_shape.push_back(o);
+            return contiguous(permute(reshape(means, out_shape), back));
         }
     }
 
