@@ -305,8 +305,7 @@ TEST_CASE("checked size helpers")
 {
     CHECK(checked_round_up(5, 4, "t") == 8);
     CHECK(checked_round_up(0, 512, "t") == 0);
-    CHECK_ERROR(checked_round_up(SIZE_MAX - 3, 512, "size class"), xgrad::invalid_argument, "size class",
-                "overflows");
+    CHECK_ERROR(checked_round_up(SIZE_MAX - 3, 512, "size class"), xgrad::invalid_argument, "size class", "overflows");
     CHECK_ERROR(checked_round_up(static_cast<std::size_t>(big) - 2, 512, "size class"), xgrad::invalid_argument,
                 "size class", "rounded up to 512");
     CHECK_ERROR(checked_bytes(big / 2, 4, "tensor bytes"), xgrad::invalid_argument, "tensor bytes", "overflows");
