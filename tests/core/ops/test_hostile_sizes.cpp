@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "tests/support/check_error.hpp"
@@ -333,4 +334,36 @@ TEST_CASE("mean of an empty tensor whose other reduced extents overflow together
     CHECK(m.shape() == shape_type{});
     CHECK(std::isnan(m.item()));
     CHECK(mean(zeros({p40, p40, 0, 2}), {0, 1, 2}).shape() == shape_type{2});
+}
+
+TEST_CASE("the window ops on a CUDA device handle empty operands as the CPU does")
+{
+    if (cuda_device_count() == 0)
+        return; // no CUDA backend in this build (the XGRAD_CUDA_ON_CPU build runs this)
+    const device dev = parse_device("cuda:0");
+    const address_space_limit limit;
+    window2d w;
+    w.kernel = {1, int32_max};
+    CHECK(unfold2d(zeros({0, 1, 1, int32_max}, dtype::float32, dev), w).shape() == shape_type{int32_max, 0});
+    CHECK(max_pool2d(zeros({0, 1, p31, 1}, dtype::float32, dev), pool({1, 1})).shape() == shape_type{0, 1, p31, 1});
+    window2d pw;
+    pw.padding = {0, 1};
+    CHECK(fold2d(ones({1, 4}, dtype::float32, dev), {1, 1, 2, 0}, pw).shape() == shape_type{1, 1, 2, 0});
+    const tensor cols = unfold2d(zeros({1, 0, p31, p31}, dtype::float32, dev),
+                                 window2d{{2, 2}, {1, 1}, {0, 0}, {1, 1}});
+    CHECK(cols.shape() == shape_type{0, (p31 - 1) * (p31 - 1)});
+    CHECK(adaptive_avg_pool2d(zeros({0, 1, 3, 3}, dtype::float32, dev), {p40, 1}).shape() == shape_type{0, 1, p40, 1});
+    const tensor a = adaptive_avg_pool2d(ones({1, 2, 5, 3}, dtype::float32, dev), {3, 2});
+    CHECK(to_vector(a) == std::vector<double>(12, 1.0));
+}
+
+TEST_CASE("printing an empty tensor with a huge extent is summarized")
+{
+    const std::string s = zeros({p40, 0}).to_string();
+    CHECK(s.size() < 200);
+    CHECK(s.find("...") != std::string::npos);
+    CHECK(s.find("shape=[1099511627776, 0]") != std::string::npos);
+    // Its contiguous strides would not fit int64; it has no element to index.
+    const std::string e = expand(zeros({1, 1, 1}), {0, p40, p40}).to_string();
+    CHECK(e.find("shape=[0, 1099511627776, 1099511627776]") != std::string::npos);
 }
