@@ -367,3 +367,17 @@ TEST_CASE("printing an empty tensor with a huge extent is summarized")
     const std::string e = expand(zeros({1, 1, 1}), {0, p40, p40}).to_string();
     CHECK(e.find("shape=[0, 1099511627776, 1099511627776]") != std::string::npos);
 }
+
+TEST_CASE("elementwise ops, reductions and copies of an empty tensor with huge extents")
+{
+    const tensor e = zeros({p40, p40, 0});
+    CHECK(add(e, scalar_like(e, 1.0)).shape() == e.shape());
+    CHECK(mul(e, e).shape() == e.shape());
+    CHECK(exp(e).shape() == e.shape());
+    CHECK(sum(e, {0, 1}).shape() == shape_type{0});
+    CHECK(max(e, {0, 1}).shape() == shape_type{0});
+    CHECK(contiguous(permute(e, {2, 0, 1})).shape() == shape_type{0, p40, p40});
+    CHECK(cast(e, dtype::float64).shape() == e.shape());
+    CHECK(slice(e, 0, 1, p40, 3).shape() == shape_type{(p40 - 2) / 3 + 1, p40, 0});
+    CHECK_ERROR(sum(e, {2}), xgrad::invalid_argument, "[1099511627776, 1099511627776]", "too many elements");
+}
