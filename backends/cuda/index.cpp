@@ -21,6 +21,7 @@
 
 #include "backends/cuda/device_loop.hpp"
 #include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 
 namespace xgrad::cuda
 {
@@ -74,7 +75,7 @@ namespace xgrad::cuda
             case dtype::float64:
             case dtype::int64: return f(std::uint64_t{});
             }
-            throw std::invalid_argument("cuda: unknown dtype");
+            throw xgrad::invalid_argument("cuda: unknown dtype");
         }
 
         // ---------------------------------------------------------------------------------
@@ -266,7 +267,7 @@ namespace xgrad::cuda
         case dtype::bfloat16: return argmax_typed<bfloat16_t>(idx, is, x, xs, d);
         case dtype::int64: break;
         }
-        throw std::invalid_argument("cuda::max_pool2d_argmax: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::max_pool2d_argmax: the dtype must be floating point");
     }
 
     std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)

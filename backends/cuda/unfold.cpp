@@ -19,6 +19,7 @@
 #include "backends/common/convert.hpp"
 #include "backends/cuda/device_loop.hpp"
 #include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 
 namespace xgrad::cuda
 {
@@ -214,7 +215,7 @@ namespace xgrad::cuda
             return unfold_typed<bfloat16_t, std::uint16_t>(cols, cols_strides, x, x_strides, d, pad_value);
         case dtype::int64: break;
         }
-        throw std::invalid_argument("cuda::unfold2d: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::unfold2d: the dtype must be floating point");
     }
 
     void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
@@ -233,6 +234,6 @@ namespace xgrad::cuda
         case dtype::bfloat16: return fold_typed<bfloat16_t>(x, xs, cols, cs, d);
         case dtype::int64: break;
         }
-        throw std::invalid_argument("cuda::fold2d: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::fold2d: the dtype must be floating point");
     }
 }
