@@ -40,23 +40,29 @@ namespace xgrad::kernels::detail
     {
         space<N> sp;
         std::vector<int> dims;
+        // An empty space first: its other extents may multiply past int64.
         for (int d = 0; d < ndim; ++d)
-        {
             if (shape[d] == 0)
             {
                 sp.numel = 0;
                 return sp;
             }
+        for (int d = 0; d < ndim; ++d)
+        {
             if (shape[d] != 1)
                 dims.push_back(d);
-            sp.numel *= shape[d];
+            sp.numel *= shape[d]; // the element count of a non-empty view, which fits
         }
         std::stable_sort(dims.begin(), dims.end(), [&](int p, int q) { return strides[0][p] > strides[0][q]; });
         for (const int d : dims)
         {
             bool merge = !sp.shape.empty();
             for (std::size_t k = 0; k < N && merge; ++k)
-                merge = sp.strides[k].back() == strides[k][d] * shape[d];
+            {
+                // A product past int64 is no operand's stride: the dims stay apart.
+                std::int64_t outer = 0;
+                merge = !__builtin_mul_overflow(strides[k][d], shape[d], &outer) && sp.strides[k].back() == outer;
+            }
             if (merge)
             {
                 sp.shape.back() *= shape[d];

@@ -9,15 +9,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "xgrad/errors.hpp"
+
 namespace xgrad::kernels::detail
 {
     /// Throws std::invalid_argument unless m, n and k fit the int dimensions of BLAS.
     inline void check_matmul_dims(std::int64_t m, std::int64_t n, std::int64_t k)
     {
         if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
-            throw std::invalid_argument("matmul: m = " + std::to_string(m) + ", n = " + std::to_string(n) +
-                                        ", k = " + std::to_string(k) +
-                                        ": every dimension must be at most INT_MAX (the BLAS limit)");
+            throw xgrad::invalid_argument("matmul: m = " + std::to_string(m) + ", n = " + std::to_string(n) +
+                                          ", k = " + std::to_string(k) +
+                                          ": every dimension must be at most INT_MAX (the BLAS limit)");
     }
 
     /// How a row-major BLAS reads a rows x cols matrix in place: untransposed when rows are

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "xgrad/checked.hpp"
 
 namespace xgrad::cpu
 {
@@ -42,13 +43,12 @@ namespace xgrad::cpu
         /// The size class of a large block: n rounded up to 2^k * {4, 5, 6, 7} / 4.
         std::size_t size_class(std::size_t n)
         {
-            std::size_t p = 1;
-            while (p * 2 <= n)
-                p *= 2;
+            // p, the largest power of two <= n (n >= cached_min >= 4), from the top bit: a
+            // doubling loop would overflow, and never end, for n >= 2^63.
+            const std::size_t p = std::size_t(1) << (63 - __builtin_clzll(static_cast<unsigned long long>(n)));
             if (p == n)
                 return n;
-            const std::size_t quarter = p / 4;
-            return (n + quarter - 1) / quarter * quarter;
+            return checked_round_up(n, p / 4, "cpu allocate: size class of a request");
         }
 
         struct block_cache
@@ -93,7 +93,13 @@ namespace xgrad::cpu
             }
         }
         if (!raw)
-            raw = raw_new(size + header); // throws std::bad_alloc
+        {
+            // Checked: a request near SIZE_MAX would wrap to a small block once the header is added.
+            const char* what = "cpu allocate: bytes with the block header";
+            const std::int64_t total = checked_add(static_cast<std::int64_t>(checked_round_up(size, 1, what)),
+                                                   static_cast<std::int64_t>(header), what);
+            raw = raw_new(static_cast<std::size_t>(total)); // throws std::bad_alloc
+        }
         std::memcpy(raw, &size, sizeof size);
         return static_cast<char*>(raw) + header;
     }

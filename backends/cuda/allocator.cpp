@@ -24,6 +24,7 @@
 
 #include "backends/cuda/cuda_kernels.hpp"
 #include "backends/cuda/runtime.hpp"
+#include "xgrad/checked.hpp"
 
 namespace xgrad::cuda
 {
@@ -44,11 +45,12 @@ namespace xgrad::cuda
         {
             constexpr std::size_t small_unit = 512, small_max = std::size_t(1) << 20;
             if (n <= small_max)
-                return (n + small_unit - 1) / small_unit * small_unit;
+                return checked_round_up(n, small_unit, "cuda allocate: size class of a request");
             // Four classes per power of two: round up to a multiple of 2^(floor(log2 n) - 2).
+            // Checked: near SIZE_MAX the rounding would wrap to a small block.
             int top = 63 - __builtin_clzll(n);
             const std::size_t unit = std::size_t(1) << (top - 2);
-            return (n + unit - 1) / unit * unit;
+            return checked_round_up(n, unit, "cuda allocate: size class of a request");
         }
 
         struct block

@@ -24,6 +24,7 @@
 
 #include "backends/common/layout.hpp"
 #include "backends/cuda/cuda_kernels.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/half.hpp"
 
 #if defined(__CUDACC__)
@@ -112,9 +113,9 @@ namespace xgrad::cuda::detail
         if (sp.numel == 0)
             return ix;
         if (sp.shape.size() > static_cast<std::size_t>(max_dims))
-            throw std::invalid_argument("the CUDA backend supports views of at most " + std::to_string(max_dims) +
-                                        " dimensions after merging contiguous ones; this one has " +
-                                        std::to_string(sp.shape.size()));
+            throw xgrad::invalid_argument("the CUDA backend supports views of at most " + std::to_string(max_dims) +
+                                          " dimensions after merging contiguous ones; this one has " +
+                                          std::to_string(sp.shape.size()));
         ix.ndim = static_cast<int>(sp.shape.size());
         for (int d = 0; d < ix.ndim; ++d)
         {

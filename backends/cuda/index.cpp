@@ -20,6 +20,8 @@
 #include <thrust/sort.h>
 
 #include "backends/cuda/device_loop.hpp"
+#include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 
 namespace xgrad::cuda
 {
@@ -73,7 +75,7 @@ namespace xgrad::cuda
             case dtype::float64:
             case dtype::int64: return f(std::uint64_t{});
             }
-            throw std::invalid_argument("cuda: unknown dtype");
+            throw xgrad::invalid_argument("cuda: unknown dtype");
         }
 
         // ---------------------------------------------------------------------------------
@@ -252,6 +254,9 @@ namespace xgrad::cuda
     void max_pool2d_argmax(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
                            const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
     {
+        // No window, nothing to write (and n * c * oh * ow is then a product that may overflow).
+        if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
+            return;
         const strides4 is{{idx_strides[0], idx_strides[1], idx_strides[2], idx_strides[3]}};
         const strides4 xs{{x_strides[0], x_strides[1], x_strides[2], x_strides[3]}};
         switch (dt)
@@ -262,7 +267,7 @@ namespace xgrad::cuda
         case dtype::bfloat16: return argmax_typed<bfloat16_t>(idx, is, x, xs, d);
         case dtype::int64: break;
         }
-        throw std::invalid_argument("cuda::max_pool2d_argmax: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::max_pool2d_argmax: the dtype must be floating point");
     }
 
     std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)
@@ -285,7 +290,7 @@ namespace xgrad::cuda
             return bad;
         if (out_numel <= 0)
             return -1;
-        const std::size_t bytes = static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(std::int64_t);
+        const std::size_t bytes = checked_bytes(n > 0 ? n : 1, sizeof(std::int64_t), "cuda put_add: sort keys");
         detail::device_buffer keys_buf(bytes), pos_buf(bytes);
         std::int64_t* keys = keys_buf.as<std::int64_t>();
         std::int64_t* pos = pos_buf.as<std::int64_t>();

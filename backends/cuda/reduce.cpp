@@ -38,6 +38,7 @@
 #include <optional>
 
 #include "backends/cuda/device_loop.hpp"
+#include "xgrad/checked.hpp"
 
 namespace xgrad::cuda
 {
@@ -192,7 +193,10 @@ namespace xgrad::cuda
             std::optional<detail::device_buffer> partial; // lane results (none when L = 1)
             A* p = nullptr;
             if (lanes > 1)
-                p = partial.emplace(static_cast<std::size_t>(k_total * lanes) * sizeof(A)).template as<A>();
+                p = partial
+                        .emplace(checked_bytes(checked_mul(k_total, lanes, "cuda reduce: lane results"), sizeof(A),
+                                               "cuda reduce: lane results"))
+                        .template as<A>();
             const std::int64_t threads = k_total * lanes;
             if (flat_red)
                 detail::for_each_index(

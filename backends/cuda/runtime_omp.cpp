@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends/cuda/runtime.hpp"
+#include "xgrad/checked.hpp"
 
 namespace xgrad::cuda
 {
@@ -27,7 +28,7 @@ namespace xgrad::cuda
     void* device_malloc(std::size_t nbytes)
     {
         // 256-byte alignment, as cudaMalloc gives.
-        void* p = std::aligned_alloc(256, (nbytes + 255) / 256 * 256);
+        void* p = std::aligned_alloc(256, checked_round_up(nbytes, 256, "device_malloc: bytes"));
         if (!p)
             throw std::bad_alloc();
         return p;

@@ -18,6 +18,8 @@
 
 #include "backends/common/convert.hpp"
 #include "backends/cuda/device_loop.hpp"
+#include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 
 namespace xgrad::cuda
 {
@@ -69,7 +71,7 @@ namespace xgrad::cuda
                 }
             for (int k = 0; k < N; ++k)
             {
-                w.numel *= extents[order[k]];
+                w.numel = checked_mul(w.numel, extents[order[k]], "cuda unfold2d/fold2d: elements of a walk");
                 if (extents[order[k]] != 1)
                 {
                     w.dim[w.m] = order[k];
@@ -200,6 +202,9 @@ namespace xgrad::cuda
     void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides, dtype dt,
                   const kernels::window2d_dims& d, double pad_value)
     {
+        // An empty cols: nothing to write.
+        if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
+            return;
         switch (dt)
         {
         case dtype::float32: return unfold_typed<float, std::uint32_t>(cols, cols_strides, x, x_strides, d, pad_value);
@@ -210,12 +215,15 @@ namespace xgrad::cuda
             return unfold_typed<bfloat16_t, std::uint16_t>(cols, cols_strides, x, x_strides, d, pad_value);
         case dtype::int64: break;
         }
-        throw std::invalid_argument("cuda::unfold2d: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::unfold2d: the dtype must be floating point");
     }
 
     void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
                 const kernels::window2d_dims& d)
     {
+        // An empty x: nothing to sum into.
+        if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0)
+            return;
         const strides4 xs = copy4(x_strides);
         const strides6 cs = copy6(cols_strides);
         switch (dt)
@@ -226,6 +234,6 @@ namespace xgrad::cuda
         case dtype::bfloat16: return fold_typed<bfloat16_t>(x, xs, cols, cs, d);
         case dtype::int64: break;
         }
-        throw std::invalid_argument("cuda::fold2d: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::fold2d: the dtype must be floating point");
     }
 }

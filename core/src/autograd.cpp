@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "detail.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -346,10 +347,10 @@ namespace xgrad
                            std::vector<edge>& roots, std::vector<tensor>& root_grads, const char* caller)
         {
             if (outputs.empty())
-                throw std::invalid_argument(std::string(caller) + ": no outputs given");
+                throw xgrad::invalid_argument(std::string(caller) + ": no outputs given");
             if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
-                throw std::invalid_argument(std::string(caller) + ": got " + std::to_string(grad_outputs.size()) +
-                                            " grad_outputs for " + std::to_string(outputs.size()) + " outputs");
+                throw xgrad::invalid_argument(std::string(caller) + ": got " + std::to_string(grad_outputs.size()) +
+                                              " grad_outputs for " + std::to_string(outputs.size()) + " outputs");
             for (std::size_t i = 0; i < outputs.size(); ++i)
             {
                 const tensor& out = outputs[i];
@@ -369,7 +370,7 @@ namespace xgrad
                     g = ones(out.shape(), out.dtype(), out.device());
                 }
                 else if (g.shape() != out.shape() || g.dtype() != out.dtype() || g.device() != out.device())
-                    throw std::invalid_argument(
+                    throw xgrad::invalid_argument(
                         std::string(caller) + ": grad_outputs[" + std::to_string(i) + "] has shape " +
                         shape_to_string(g.shape()) + ", dtype " + std::string(name(g.dtype())) + " and device " +
                         to_string(g.device()) + ", but output " + std::to_string(i) + " has shape " +

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
+#include "xgrad/errors.hpp"
 
 #ifdef XGRAD_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
@@ -77,7 +78,7 @@ namespace xgrad
         void check_cuda_device(device dev, const char* what)
         {
             if (dev.type != device_type::cuda)
-                throw std::invalid_argument(std::string(what) + ": " + to_string(dev) + " is not a CUDA device");
+                throw xgrad::invalid_argument(std::string(what) + ": " + to_string(dev) + " is not a CUDA device");
             (void)detail::backend_for(dev); // throws naming the device; makes it current
         }
     }

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "xgrad/errors.hpp"
+
 namespace xgrad
 {
     std::size_t itemsize(dtype dt) noexcept
@@ -56,7 +58,7 @@ namespace xgrad
                     return {device_type::cuda, index};
             }
         }
-        throw std::invalid_argument("unknown device '" + std::string(text) + "': expected 'cpu', 'cuda' or 'cuda:N'");
+        throw xgrad::invalid_argument("unknown device '" + std::string(text) + "': expected 'cpu', 'cuda' or 'cuda:N'");
     }
 
     std::string to_string(const device& d)

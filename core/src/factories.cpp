@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "detail.hpp"
+#include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 
 namespace xgrad
 {
@@ -19,6 +21,17 @@ namespace xgrad
         }
 
         std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+
+        /// The element count of `shape`, once it is known that both the float64 staging buffer
+        /// and the dt result have byte counts that fit (so that neither allocation is sized by
+        /// a wrapped product, nor std::vector throws length_error instead of a clear error).
+        std::size_t staged_count(const shape_type& shape, dtype dt, const char* what)
+        {
+            const std::int64_t n = numel_of(shape);
+            checked_bytes(n, sizeof(double), what);
+            checked_bytes(n, itemsize(dt), what);
+            return static_cast<std::size_t>(n);
+        }
 
         tensor from_doubles(const std::vector<double>& values, const shape_type& shape, dtype dt, device dev)
         {
@@ -93,14 +106,20 @@ namespace xgrad
     tensor arange(double start, double stop, double step, dtype dt, device dev)
     {
         if (step == 0.0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
-            throw std::invalid_argument("arange: need finite start, stop and a non-zero step, got (" +
-                                        std::to_string(start) + ", " + std::to_string(stop) + ", " +
-                                        std::to_string(step) + ")");
+            throw xgrad::invalid_argument("arange: need finite start, stop and a non-zero step, got (" +
+                                          std::to_string(start) + ", " + std::to_string(stop) + ", " +
+                                          std::to_string(step) + ")");
         const double span = std::ceil((stop - start) / step);
         if (!(span < 0x1p62))
-            throw std::invalid_argument("arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " +
-                                        std::to_string(step) + ") would have too many elements");
+            throw xgrad::invalid_argument("arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " +
+                                          std::to_string(step) + ") would have too many elements");
         const auto n = static_cast<std::int64_t>(span > 0 ? span : 0);
+        // The host staging buffer and the result are checked before either is allocated: a
+        // count below 2^62 may still be more bytes than a size_t (or std::vector) can hold.
+        const std::string what = "arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " +
+                                 std::to_string(step) + "): bytes of " + std::to_string(n) + " elements";
+        checked_bytes(n, sizeof(double), what.c_str());
+        checked_bytes(n, itemsize(dt), what.c_str());
         std::vector<double> v(static_cast<std::size_t>(n));
         for (std::int64_t i = 0; i < n; ++i)
             v[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * step;
@@ -109,7 +128,7 @@ namespace xgrad
 
     tensor randn(const shape_type& shape, generator& gen, dtype dt, device dev)
     {
-        std::vector<double> v(static_cast<std::size_t>(std::max<std::int64_t>(numel_of(shape), 0)));
+        std::vector<double> v(staged_count(shape, dt, "randn: bytes"));
         for (auto& x : v)
             x = gen.normal();
         return from_doubles(v, shape, dt, dev);
@@ -118,9 +137,9 @@ namespace xgrad
     tensor rand(const shape_type& shape, generator& gen, dtype dt, device dev, double low, double high)
     {
         if (!(low < high))
-            throw std::invalid_argument("rand: need low < high, got [" + std::to_string(low) + ", " +
-                                        std::to_string(high) + ")");
-        std::vector<double> v(static_cast<std::size_t>(std::max<std::int64_t>(numel_of(shape), 0)));
+            throw xgrad::invalid_argument("rand: need low < high, got [" + std::to_string(low) + ", " +
+                                          std::to_string(high) + ")");
+        std::vector<double> v(staged_count(shape, dt, "rand: bytes"));
         for (auto& x : v)
             x = low + (high - low) * gen.uniform();
         return from_doubles(v, shape, dt, dev);
@@ -129,7 +148,7 @@ namespace xgrad
     tensor from_host(const void* data, const shape_type& shape, dtype dt, device dev)
     {
         tensor t = detail::empty(shape, dt, dev);
-        const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * itemsize(dt);
+        const std::size_t nbytes = checked_bytes(t.numel(), itemsize(dt), "from_host: bytes");
         if (nbytes)
             detail::backend_for(dev).copy_from_host(t.data_ptr(), data, nbytes);
         return t;
@@ -139,7 +158,7 @@ namespace xgrad
     {
         detail::check_defined(t, "to_host");
         const tensor c = detail::raw_contiguous(detail::raw_cast(t, dt));
-        const std::size_t nbytes = static_cast<std::size_t>(c.numel()) * itemsize(dt);
+        const std::size_t nbytes = checked_bytes(c.numel(), itemsize(dt), "to_host: bytes");
         if (nbytes)
             detail::backend_for(c.device()).copy_to_host(out, c.data_ptr(), nbytes);
     }

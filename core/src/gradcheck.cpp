@@ -7,6 +7,7 @@
 
 #include "detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 
 namespace xgrad
@@ -30,11 +31,12 @@ namespace xgrad
             {
                 const tensor& in = inputs[i];
                 if (!in.defined())
-                    throw std::invalid_argument(std::string(caller) + ": input " + std::to_string(i) + " is undefined");
+                    throw xgrad::invalid_argument(std::string(caller) + ": input " + std::to_string(i) +
+                                                  " is undefined");
                 if (in.dtype() != dtype::float64)
-                    throw std::invalid_argument(std::string(caller) + ": input " + std::to_string(i) + " has dtype " +
-                                                std::string(name(in.dtype())) +
-                                                "; finite differences need float64 inputs");
+                    throw xgrad::invalid_argument(std::string(caller) + ": input " + std::to_string(i) + " has dtype " +
+                                                  std::string(name(in.dtype())) +
+                                                  "; finite differences need float64 inputs");
                 tensor x = detail::empty(in.shape(), in.dtype(), in.device());
                 detail::copy_into(x, in.detach());
                 if (in.requires_grad())
@@ -49,8 +51,8 @@ namespace xgrad
             std::vector<tensor> outs = f(xs);
             for (std::size_t j = 0; j < outs.size(); ++j)
                 if (!outs[j].defined() || outs[j].dtype() != dtype::float64)
-                    throw std::invalid_argument(std::string(caller) + ": output " + std::to_string(j) +
-                                                " must be a defined float64 tensor");
+                    throw xgrad::invalid_argument(std::string(caller) + ": output " + std::to_string(j) +
+                                                  " must be a defined float64 tensor");
             return outs;
         }
 
@@ -83,7 +85,7 @@ namespace xgrad
             if (xs[i].requires_grad())
                 checked.push_back(i);
         if (checked.empty())
-            throw std::invalid_argument("gradcheck: no input requires grad, so nothing would be checked");
+            throw xgrad::invalid_argument("gradcheck: no input requires grad, so nothing would be checked");
 
         const std::vector<tensor> outs = call_checked(f, xs, "gradcheck");
         std::vector<tensor> checked_inputs;

@@ -36,6 +36,8 @@ namespace xgrad
         std::vector<std::string> format_all(const tensor& t, formatter& f)
         {
             std::vector<std::string> text(static_cast<std::size_t>(t.numel()));
+            if (text.empty())
+                return text; // nothing to read (and no contiguous copy to make of an empty view)
             if (t.dtype() == dtype::int64)
             {
                 std::vector<std::int64_t> v(text.size());
@@ -101,7 +103,15 @@ namespace xgrad
         std::ostringstream os;
         os << "tensor(";
         const std::size_t indent = 7; // strlen("tensor(")
-        print_rec(os, v, shape(), contiguous_strides(shape()), 0, 0, f, numel() > summarize_above, indent);
+        // An empty tensor is summarized too when an extent is long ([2^40, 0] prints six empty
+        // rows, not 2^40), and indexes no element, so its strides are not needed (the
+        // contiguous ones may not even fit int64).
+        const std::int64_t count = numel();
+        bool summarize = count > summarize_above;
+        for (const std::int64_t e : shape())
+            summarize = summarize || e > summarize_above;
+        const strides_type strides = count == 0 ? strides_type(shape().size(), 0) : contiguous_strides(shape());
+        print_rec(os, v, shape(), strides, 0, 0, f, summarize, indent);
         os << ", shape=" << shape_to_string(shape()) << ", dtype=" << name(dtype());
         if (device() != cpu_device)
             os << ", device=" << xgrad::to_string(device());

@@ -6,6 +6,7 @@
 
 #include "detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -34,25 +35,44 @@ namespace xgrad
 
     std::int64_t numel_of(const shape_type& shape)
     {
-        std::int64_t n = 1;
+        // A zero extent anywhere makes the count 0, even after extents whose product alone
+        // would overflow ([2^40, 2^40, 0] is a valid empty shape).
+        bool empty = false;
         for (auto e : shape)
         {
             if (e < 0)
                 throw invalid_argument("negative extent in shape " + shape_to_string(shape));
+            empty = empty || e == 0;
+        }
+        if (empty)
+            return 0;
+        std::int64_t n = 1;
+        for (auto e : shape)
             if (__builtin_mul_overflow(n, e, &n))
                 throw invalid_argument("shape " + shape_to_string(shape) + " has too many elements");
-        }
         return n;
     }
 
     strides_type contiguous_strides(const shape_type& shape)
     {
+        // A zero extent counts as 1, so an empty tensor gets the strides of its non-empty
+        // neighbours; those are still products of the extents and are checked: [0, 2^40, 2^40]
+        // has no int64 stride for dimension 0 and is reported, not given a wrapped one.
         strides_type strides(shape.size());
         std::int64_t s = 1;
         for (std::size_t i = shape.size(); i-- > 0;)
         {
             strides[i] = s;
-            s *= std::max<std::int64_t>(shape[i], 1);
+            if (i == 0)
+                break; // the product of all extents is no stride
+            try
+            {
+                s = checked_mul(s, std::max<std::int64_t>(shape[i], 1), "contiguous strides");
+            }
+            catch (const invalid_argument& e)
+            {
+                throw invalid_argument(std::string(e.what()) + " in shape " + shape_to_string(shape));
+            }
         }
         return strides;
     }
@@ -60,7 +80,7 @@ namespace xgrad
     const tensor_impl& tensor::checked() const
     {
         if (!m_impl)
-            throw std::invalid_argument("operation on an undefined tensor");
+            throw invalid_argument("operation on an undefined tensor");
         return *m_impl;
     }
 
@@ -112,8 +132,8 @@ namespace xgrad
             throw std::runtime_error("requires_grad_ can only change leaf tensors; this tensor was produced by '" +
                                      std::string(impl.m_grad_fn->name()) + "' (use detach() first)");
         if (value && !is_floating(impl.m_dtype))
-            throw std::invalid_argument("only floating-point tensors can require gradients, not " +
-                                        std::string(name(impl.m_dtype)));
+            throw invalid_argument("only floating-point tensors can require gradients, not " +
+                                   std::string(name(impl.m_dtype)));
         m_impl->m_requires_grad = value;
         return *this;
     }
@@ -124,10 +144,9 @@ namespace xgrad
     {
         const auto& impl = checked();
         if (g.defined() && (g.shape() != impl.m_shape || g.dtype() != impl.m_dtype))
-            throw std::invalid_argument("set_grad: gradient of shape " + shape_to_string(g.shape()) + " and dtype " +
-                                        std::string(name(g.dtype())) + " does not match tensor of shape " +
-                                        shape_to_string(impl.m_shape) + " and dtype " +
-                                        std::string(name(impl.m_dtype)));
+            throw invalid_argument("set_grad: gradient of shape " + shape_to_string(g.shape()) + " and dtype " +
+                                   std::string(name(g.dtype())) + " does not match tensor of shape " +
+                                   shape_to_string(impl.m_shape) + " and dtype " + std::string(name(impl.m_dtype)));
         m_impl->m_grad = g.impl();
     }
 
@@ -165,8 +184,7 @@ namespace xgrad
     double tensor::item() const
     {
         if (numel() != 1)
-            throw std::invalid_argument("item() needs a tensor with one element, got shape " +
-                                        shape_to_string(shape()));
+            throw invalid_argument("item() needs a tensor with one element, got shape " + shape_to_string(shape()));
         double v = 0;
         to_host(*this, &v, xgrad::dtype::float64);
         return v;
@@ -179,12 +197,18 @@ namespace xgrad
         tensor empty(const shape_type& shape, xgrad::dtype dt, xgrad::device dev)
         {
             const std::int64_t n = numel_of(shape);
-            std::int64_t nbytes = 0;
-            if (__builtin_mul_overflow(n, static_cast<std::int64_t>(itemsize(dt)), &nbytes))
-                throw std::invalid_argument("shape " + shape_to_string(shape) + " of " + std::string(name(dt)) +
-                                            " needs more bytes than can be addressed");
+            std::size_t nbytes = 0;
+            try
+            {
+                nbytes = checked_bytes(n, itemsize(dt), "tensor bytes");
+            }
+            catch (const invalid_argument& e)
+            {
+                throw invalid_argument("shape " + shape_to_string(shape) + " of " + std::string(name(dt)) +
+                                       " needs more bytes than can be addressed (" + e.what() + ")");
+            }
             auto impl = std::make_shared<tensor_impl>();
-            impl->m_storage = std::make_shared<storage>(static_cast<std::size_t>(nbytes), dev);
+            impl->m_storage = std::make_shared<storage>(nbytes, dev);
             impl->m_shape = shape;
             impl->m_strides = contiguous_strides(shape);
             impl->m_dtype = dt;
@@ -236,23 +260,23 @@ namespace xgrad
         {
             const std::int64_t r = d < 0 ? d + ndim : d;
             if (r < 0 || r >= ndim)
-                throw std::invalid_argument(std::string(what) + ": dimension " + std::to_string(d) +
-                                            " is out of range for a tensor of shape " + shape_to_string(shape));
+                throw invalid_argument(std::string(what) + ": dimension " + std::to_string(d) +
+                                       " is out of range for a tensor of shape " + shape_to_string(shape));
             return r;
         }
 
         void check_defined(const tensor& x, const char* op)
         {
             if (!x.defined())
-                throw std::invalid_argument(std::string(op) + ": got an undefined tensor");
+                throw invalid_argument(std::string(op) + ": got an undefined tensor");
         }
 
         void check_floating(const tensor& x, const char* op)
         {
             check_defined(x, op);
             if (!is_floating(x.dtype()))
-                throw std::invalid_argument(std::string(op) + " does not support dtype " +
-                                            std::string(name(x.dtype())) + " (floating-point tensors only)");
+                throw invalid_argument(std::string(op) + " does not support dtype " + std::string(name(x.dtype())) +
+                                       " (floating-point tensors only)");
         }
 
         void check_same(const tensor& a, const tensor& b, const char* op)
@@ -260,11 +284,11 @@ namespace xgrad
             check_defined(a, op);
             check_defined(b, op);
             if (a.dtype() != b.dtype())
-                throw std::invalid_argument(std::string(op) + ": dtype mismatch, " + std::string(name(a.dtype())) +
-                                            " and " + std::string(name(b.dtype())) + " (convert one with .to(dtype))");
+                throw invalid_argument(std::string(op) + ": dtype mismatch, " + std::string(name(a.dtype())) + " and " +
+                                       std::string(name(b.dtype())) + " (convert one with .to(dtype))");
             if (a.device() != b.device())
-                throw std::invalid_argument(std::string(op) + ": tensors on different devices, " +
-                                            to_string(a.device()) + " and " + to_string(b.device()));
+                throw invalid_argument(std::string(op) + ": tensors on different devices, " + to_string(a.device()) +
+                                       " and " + to_string(b.device()));
         }
     }
 }

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "xgrad/errors.hpp"
+
 namespace xgrad
 {
     namespace
@@ -235,7 +237,7 @@ namespace xgrad
     void set_num_threads(int n)
     {
         if (n < 1)
-            throw std::invalid_argument("set_num_threads: the thread count must be >= 1, got " + std::to_string(n));
+            throw xgrad::invalid_argument("set_num_threads: the thread count must be >= 1, got " + std::to_string(n));
         g_num_threads.store(n, std::memory_order_relaxed);
     }
 

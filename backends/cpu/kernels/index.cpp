@@ -39,6 +39,9 @@ namespace xgrad::cpu
     void max_pool2d_argmax(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
                            const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
     {
+        // No window: the row and column tables below are sized by the output extents.
+        if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
+            return;
         detail::visit_with_stats(dt, [&](auto tag, auto stats) {
             using T = decltype(tag);
             using S = decltype(stats); // compared in float, or double for float64

@@ -304,6 +304,9 @@ namespace xgrad::cpu
     void unfold2d(void* cols, const std::int64_t* cols_strides, const void* x, const std::int64_t* x_strides, dtype dt,
                   const window2d_dims& d, double pad_value)
     {
+        // An empty cols: nothing to write, and no tap table (sized by the kernel window) to build.
+        if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
+            return;
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);
             unfold_impl(static_cast<T*>(cols), cols_strides, static_cast<const T*>(x), x_strides, d,
@@ -314,6 +317,9 @@ namespace xgrad::cpu
     void fold2d(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides, dtype dt,
                 const window2d_dims& d)
     {
+        // An empty x: nothing to sum into (and its accumulator rows would have no storage).
+        if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0)
+            return;
         visit_floating(dt, [&](auto tag) {
             using T = decltype(tag);
             fold_impl(static_cast<T*>(x), x_strides, static_cast<const T*>(cols), cols_strides, d);

@@ -71,4 +71,16 @@ namespace xgrad
             detail::throw_size_overflow(what, count, "*", static_cast<std::int64_t>(itemsize));
         return static_cast<std::size_t>(n);
     }
+
+    /// n rounded up to a multiple of unit (unit >= 1), for allocators' size classes and
+    /// alignment; the result must fit int64 (as every byte count of checked_bytes does), so a
+    /// request near SIZE_MAX is reported instead of wrapping to a small block.
+    inline std::size_t checked_round_up(std::size_t n, std::size_t unit, const char* what)
+    {
+        constexpr auto limit = static_cast<std::size_t>(INT64_MAX);
+        if (unit == 0 || n > limit || unit > limit || n > limit - (unit - 1))
+            detail::throw_size_overflow(what, static_cast<std::int64_t>(n > limit ? limit : n), "rounded up to",
+                                        static_cast<std::int64_t>(unit > limit ? limit : unit));
+        return (n + unit - 1) / unit * unit;
+    }
 }

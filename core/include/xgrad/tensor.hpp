@@ -139,6 +139,12 @@ namespace xgrad
     std::ostream& operator<<(std::ostream& os, const tensor& t);
     /// "[2, 3]"
     std::string shape_to_string(const shape_type& shape);
+    /// The element count of `shape`: 0 when an extent is 0 (however large the others), else the
+    /// product. Throws xgrad::invalid_argument naming the shape for a negative extent or a
+    /// product beyond int64.
     std::int64_t numel_of(const shape_type& shape);
+    /// Row-major strides of `shape`, counting a 0 extent as 1. Throws xgrad::invalid_argument
+    /// naming the shape when a stride does not fit int64 (possible only for an empty shape,
+    /// such as [0, 2^40, 2^40]).
     strides_type contiguous_strides(const shape_type& shape);
 }

@@ -28,6 +28,7 @@
 #include "../detail.hpp"
 #include "conv_internal.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/matmul.hpp"
@@ -160,9 +161,14 @@ namespace xgrad
         std::array<std::int64_t, 6> cols_strides(std::int64_t r, std::int64_t q, const kernels::window2d_dims& d,
                                                  bool channels_last)
         {
+            // Only called for a non-empty cols, where each of these is at most the extent of
+            // the whole matrix times one of its strides; checked all the same, since a
+            // gradient's cols may come with any strides.
+            const char* what = "unfold2d/fold2d: a stride of the cols matrix";
+            const auto mul = [what](std::int64_t a, std::int64_t b) { return checked_mul(a, b, what); };
             if (channels_last)
-                return {d.oh * d.ow * r, q, d.kw * d.c * q, d.c * q, d.ow * r, r};
-            return {d.oh * d.ow * q, d.kh * d.kw * r, d.kw * r, r, d.ow * q, q};
+                return {mul(mul(d.oh, d.ow), r), q, mul(mul(d.kw, d.c), q), mul(d.c, q), mul(d.ow, r), r};
+            return {mul(mul(d.oh, d.ow), q), mul(mul(d.kh, d.kw), r), mul(d.kw, r), r, mul(d.ow, q), q};
         }
 
         shape_type cols_shape(const kernels::window2d_dims& d, bool channels_last)
@@ -180,10 +186,16 @@ namespace xgrad
         {
             const kernels::window2d_dims d = detail::dims_of(x.shape(), w, channels_last, out);
             tensor cols = detail::empty(cols_shape(d, channels_last), x.dtype(), x.device());
-            const auto cs = cols_strides(cols.strides()[0], cols.strides()[1], d, channels_last);
-            const auto xs = detail::image_strides(x.strides(), channels_last);
-            detail::backend_for(x.device())
-                .unfold2d(cols.data_ptr(), cs.data(), x.data_ptr(), xs.data(), x.dtype(), d, pad_value);
+            // An empty cols has nothing to write: the kernel is not called, so that neither its
+            // scratch (sized by the kernel window) nor the cols strides (products of extents
+            // that need not fit in int64 when a zero extent makes the matrix empty) are computed.
+            if (cols.numel() != 0)
+            {
+                const auto cs = cols_strides(cols.strides()[0], cols.strides()[1], d, channels_last);
+                const auto xs = detail::image_strides(x.strides(), channels_last);
+                detail::backend_for(x.device())
+                    .unfold2d(cols.data_ptr(), cs.data(), x.data_ptr(), xs.data(), x.dtype(), d, pad_value);
+            }
             record("unfold2d", {x}, {cols},
                    [shape = x.shape(), w, channels_last, out](function_node&, const std::vector<tensor>& g) {
                        return std::vector<tensor>{fold_checked(g[0], shape, w, channels_last, out)};
@@ -197,10 +209,16 @@ namespace xgrad
         {
             const kernels::window2d_dims d = detail::dims_of(input_shape, w, channels_last, out);
             tensor x = detail::empty(input_shape, cols.dtype(), cols.device());
-            const auto cs = cols_strides(cols.strides()[0], cols.strides()[1], d, channels_last);
-            const auto xs = detail::image_strides(x.strides(), channels_last);
-            detail::backend_for(cols.device())
-                .fold2d(x.data_ptr(), xs.data(), cols.data_ptr(), cs.data(), cols.dtype(), d);
+            // An empty x (say a zero-width input that padding kept windows for) has nothing to
+            // sum into, and the kernel is not called. A non-empty x has a non-empty cols (every
+            // extent of both is then at least 1).
+            if (x.numel() != 0)
+            {
+                const auto cs = cols_strides(cols.strides()[0], cols.strides()[1], d, channels_last);
+                const auto xs = detail::image_strides(x.strides(), channels_last);
+                detail::backend_for(cols.device())
+                    .fold2d(x.data_ptr(), xs.data(), cols.data_ptr(), cs.data(), cols.dtype(), d);
+            }
             record("fold2d", {cols}, {x}, [w, channels_last, out](function_node&, const std::vector<tensor>& g) {
                 return std::vector<tensor>{unfold_checked(g[0], w, channels_last, 0.0, out)};
             });

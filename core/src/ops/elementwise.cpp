@@ -7,6 +7,7 @@
 
 #include "../detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/reduce.hpp"
 
@@ -24,9 +25,9 @@ namespace xgrad
             const std::int64_t ea = i < n - a.size() ? 1 : a[i - (n - a.size())];
             const std::int64_t eb = i < n - b.size() ? 1 : b[i - (n - b.size())];
             if (ea != eb && ea != 1 && eb != 1)
-                throw std::invalid_argument("shapes " + shape_to_string(a) + " and " + shape_to_string(b) +
-                                            " do not broadcast (dimension " + std::to_string(i) + ": " +
-                                            std::to_string(ea) + " vs " + std::to_string(eb) + ")");
+                throw xgrad::invalid_argument("shapes " + shape_to_string(a) + " and " + shape_to_string(b) +
+                                              " do not broadcast (dimension " + std::to_string(i) + ": " +
+                                              std::to_string(ea) + " vs " + std::to_string(eb) + ")");
             out[i] = ea == 1 ? eb : ea;
         }
         return out;
@@ -256,8 +257,8 @@ namespace xgrad
         detail::check_floating(a, "where");
         detail::check_same(a, b, "where");
         if (cond.device() != a.device())
-            throw std::invalid_argument("where: condition on " + to_string(cond.device()) + " but values on " +
-                                        to_string(a.device()));
+            throw xgrad::invalid_argument("where: condition on " + to_string(cond.device()) + " but values on " +
+                                          to_string(a.device()));
         const shape_type shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape()), b.shape());
         const dtype cdt = compute_dtype(a.dtype());
         const tensor cc = detail::raw_cast(cond, cdt), ac = detail::raw_cast(a, cdt), bc = detail::raw_cast(b, cdt);

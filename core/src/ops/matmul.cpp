@@ -11,6 +11,7 @@
 
 #include "../detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -81,7 +82,10 @@ namespace xgrad
                     std::size_t j = i + 1; // next inner dim of extent != 1
                     while (full[j] == 1)
                         ++j;
-                    if (t.strides()[i] != t.strides()[j] * full[j])
+                    // A product past int64 (possible for the strides of an empty or broadcast
+                    // view) cannot be a stride: the dims do not collapse, and a copy is made.
+                    std::int64_t collapsed = 0;
+                    if (__builtin_mul_overflow(t.strides()[j], full[j], &collapsed) || t.strides()[i] != collapsed)
                         return false;
                 }
                 out = stride;
@@ -103,8 +107,8 @@ namespace xgrad
             const std::int64_t m = a.shape()[ad - 2], k = a.shape()[ad - 1];
             const std::int64_t kb = b.shape()[bd - 2], n = b.shape()[bd - 1];
             if (k != kb)
-                throw std::invalid_argument("matmul: inner dimensions differ, shapes " + shape_to_string(a.shape()) +
-                                            " and " + shape_to_string(b.shape()));
+                throw xgrad::invalid_argument("matmul: inner dimensions differ, shapes " + shape_to_string(a.shape()) +
+                                              " and " + shape_to_string(b.shape()));
             shape_type batch;
             try
             {
@@ -113,8 +117,8 @@ namespace xgrad
             }
             catch (const std::invalid_argument&)
             {
-                throw std::invalid_argument("matmul: batch dimensions of shapes " + shape_to_string(a.shape()) +
-                                            " and " + shape_to_string(b.shape()) + " do not broadcast");
+                throw xgrad::invalid_argument("matmul: batch dimensions of shapes " + shape_to_string(a.shape()) +
+                                              " and " + shape_to_string(b.shape()) + " do not broadcast");
             }
             const gemm_operand ga = as_gemm_operand(a, batch), gb = as_gemm_operand(b, batch);
             shape_type out_shape = batch;
@@ -144,12 +148,12 @@ namespace xgrad
         detail::check_floating(b, "matmul");
         detail::check_same(a, b, "matmul");
         if (a.dim() == 0 || b.dim() == 0)
-            throw std::invalid_argument("matmul: operands must have at least one dimension, got shapes " +
-                                        shape_to_string(a.shape()) + " and " + shape_to_string(b.shape()));
+            throw xgrad::invalid_argument("matmul: operands must have at least one dimension, got shapes " +
+                                          shape_to_string(a.shape()) + " and " + shape_to_string(b.shape()));
         const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
         if (a_vec && b_vec && a.shape()[0] != b.shape()[0])
-            throw std::invalid_argument("matmul: inner dimensions differ, shapes " + shape_to_string(a.shape()) +
-                                        " and " + shape_to_string(b.shape()));
+            throw xgrad::invalid_argument("matmul: inner dimensions differ, shapes " + shape_to_string(a.shape()) +
+                                          " and " + shape_to_string(b.shape()));
         const tensor a2 = a_vec ? reshape(a, {1, a.shape()[0]}) : a;
         const tensor b2 = b_vec ? reshape(b, {b.shape()[0], 1}) : b;
         if (!a_vec && !b_vec)

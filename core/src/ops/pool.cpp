@@ -15,6 +15,7 @@
 // rectangle is the mean over one axis of the means over the other).
 #include "xgrad/ops/pool.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "../dispatch.hpp"
 #include "conv_internal.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
@@ -58,12 +60,22 @@ namespace xgrad
                                                 " in both axes");
             // With dilation (or an empty input) a window can fall entirely in padding even so.
             // Window o reads positions first + k * dilation, first = o * stride - padding; the
-            // first tap at or after position 0 must exist and lie before the end.
+            // first tap at or after position 0 must exist and lie before the end. Two windows
+            // per axis decide it, so the check costs O(1) whatever the extents:
+            // - a window with first >= 0 reaches the input iff first < in, and first grows with
+            //   o, so the last window is the one to test;
+            // - a window with first < 0 has -first <= padding <= kernel / 2, so its first tap at
+            //   or after 0, k = ceil(-first / dilation) <= -first, exists (k < kernel), at a
+            //   position below dilation; that is inside when in >= dilation. When in <
+            //   dilation, a non-empty output (in + 2 * padding >= dilation * (kernel - 1) + 1)
+            //   with 2 * padding <= kernel gives in >= (dilation - 1) * (kernel - 1), hence
+            //   kernel <= 2 and padding <= 1 (or in = 0, where window 0 fails): only window 0
+            //   has first < 0.
             const std::array<std::int64_t, 2> in{s.im.h, s.im.w};
             for (std::size_t a = 0; a < 2; ++a)
             {
                 const window2d& w = s.window;
-                for (std::int64_t o = 0; o < s.out[a]; ++o)
+                for (const std::int64_t o : {std::int64_t{0}, s.out[a] - 1})
                 {
                     const std::int64_t first = o * w.stride[a] - w.padding[a];
                     const std::int64_t k = first >= 0 ? 0 : (w.dilation[a] - 1 - first) / w.dilation[a];
@@ -108,19 +120,54 @@ namespace xgrad
             return cl ? reshape(counts, {s.out[0], s.out[1], 1}) : reshape(counts, {s.out[0], s.out[1]});
         }
 
-        /// Mean over axis `dim` of each of the `o` adaptive cells of an axis of extent n.
+        /// Mean over axis `dim` of each of the `o` adaptive cells of an axis of extent n, in a
+        /// fixed number of ops whatever o is: the axis is moved last and a zero appended to it;
+        /// each cell gathers (take) its elements, at most L of them, the shorter cells padded
+        /// with positions of that zero; the sums over L are divided by the cell lengths. The
+        /// positions number R * o * L for R rows of the other axes, and L <= n / o + 2, so the
+        /// scratch is of the order of the input plus the output.
         tensor adaptive_axis(const tensor& x, std::int64_t dim, std::int64_t n, std::int64_t o)
         {
             if (n == o)
                 return x;
-            std::vector<tensor> cells;
-            cells.reserve(static_cast<std::size_t>(o));
+            const char* what = "adaptive_avg_pool2d: the cells along an axis";
+            std::vector<std::int64_t> first(static_cast<std::size_t>(o)), length(first.size());
+            std::int64_t widest = 0;
             for (std::int64_t i = 0; i < o; ++i)
             {
-                const std::int64_t begin = i * n / o, end = ((i + 1) * n + o - 1) / o;
-                cells.push_back(mean(slice(x, dim, begin, end), {dim}, true));
+                const std::int64_t b = checked_mul(i, n, what) / o;
+                const std::int64_t e = checked_add(checked_mul(i + 1, n, what), o - 1, what) / o;
+                first[static_cast<std::size_t>(i)] = b;
+                length[static_cast<std::size_t>(i)] = e - b;
+                widest = std::max(widest, e - b);
             }
-            return concat(cells, dim);
+            std::vector<std::int64_t> to_last, back(static_cast<std::size_t>(x.dim()));
+            for (std::int64_t k = 0; k < x.dim(); ++k)
+                if (k != dim)
+                    to_last.push_back(k);
+            to_last.push_back(dim);
+            for (std::size_t k = 0; k < to_last.size(); ++k)
+                back[static_cast<std::size_t>(to_last[k])] = static_cast<std::int64_t>(k);
+            const tensor xt = permute(x, to_last);
+            shape_type rows_shape(xt.shape().begin(), xt.shape().end() - 1), one = rows_shape;
+            one.push_back(1);
+            const tensor padded = concat({xt, zeros(one, x.dtype(), x.device())}, -1); // [..., n + 1]
+            const std::int64_t rows = numel_of(rows_shape);
+            const std::int64_t count = checked_product({rows, o, widest}, what);
+            std::vector<std::int64_t> pos(checked_bytes(count, sizeof(std::int64_t), what) / sizeof(std::int64_t));
+            std::size_t at = 0;
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::size_t i = 0; i < first.size(); ++i)
+                    for (std::int64_t j = 0; j < widest; ++j)
+                        pos[at++] = r * (n + 1) + (j < length[i] ? first[i] + j : n);
+            const tensor idx = from_host(pos.data(), {rows, o, widest}, dtype::int64, x.device());
+            std::vector<double> lengths(length.begin(), length.end());
+            const tensor divisor = detail::raw_cast(from_host(lengths.data(), {o}, dtype::float64, x.device()),
+                                                    x.dtype());
+            const tensor means = div(sum(take(padded, idx), {2}), divisor); // [rows, o]
+            shape_type out_shape = rows_shape;
+            out_shape.push_back(o);
+            return contiguous(permute(reshape(means, out_shape), back));
         }
     }
 
@@ -135,11 +182,16 @@ namespace xgrad
         const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
                                                      : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
         tensor idx = detail::empty(out_shape, dtype::int64, x.device());
-        const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
-        const auto xs = detail::image_strides(xc.strides(), s.channels_last);
-        const auto is = detail::image_strides(idx.strides(), s.channels_last);
-        detail::backend_for(x.device())
-            .max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(), x.dtype(), d);
+        // No window, no kernel call: its per-row and per-column scratch is sized by the output
+        // extents, which an empty batch or channel axis leaves unbounded.
+        if (idx.numel() != 0)
+        {
+            const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
+            const auto xs = detail::image_strides(xc.strides(), s.channels_last);
+            const auto is = detail::image_strides(idx.strides(), s.channels_last);
+            detail::backend_for(x.device())
+                .max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(), x.dtype(), d);
+        }
         return take(xc, idx);
     }
 
@@ -147,7 +199,9 @@ namespace xgrad
     {
         const pool_setup s = check_pool(x, p, data_format, "avg_pool2d");
         const tensor cols = unfold2d(x, s.window, data_format);
-        if (p.count_include_pad)
+        // An empty result needs no divisor: inside_count would unfold a plane of ones as large
+        // as x's spatial extent for nothing.
+        if (p.count_include_pad || cols.numel() == 0)
             return to_image(mean(taps_view(cols, s), {1}), s);
         const tensor sums = sum(taps_view(cols, s), {1});
         if (s.channels_last)
@@ -168,6 +222,16 @@ namespace xgrad
         if (im.h < 1 || im.w < 1)
             detail::window_fail(op, "x of shape " + shape_to_string(x.shape()) + " (" + std::string(data_format) +
                                         ") has an empty spatial extent; every output cell needs at least one element");
+        const shape_type out_shape = cl ? shape_type{im.n, output_size[0], output_size[1], im.c}
+                                        : shape_type{im.n, im.c, output_size[0], output_size[1]};
+        const std::int64_t out_numel = checked_product({im.n, im.c, output_size[0], output_size[1]},
+                                                       "adaptive_avg_pool2d: output elements");
+        checked_bytes(out_numel, itemsize(x.dtype()), "adaptive_avg_pool2d: output bytes");
+        // No element, no cell to average: the (empty) result is the per-image mean broadcast
+        // to the output shape, at a cost independent of output_size (still recorded, so that
+        // the gradient of x is its empty zeros).
+        if (out_numel == 0)
+            return expand(mean(x, {im.h_axis, im.w_axis}, true), out_shape);
         if (output_size[0] == 1 && output_size[1] == 1)
             return mean(x, {im.h_axis, im.w_axis}, true);
         if (im.h % output_size[0] == 0 && im.w % output_size[1] == 0)

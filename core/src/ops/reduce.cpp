@@ -10,6 +10,7 @@
 
 #include "../detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -26,8 +27,8 @@ namespace xgrad
             {
                 const auto d = static_cast<std::size_t>(detail::normalize_dim(a, x.dim(), op, x.shape()));
                 if (mask[d])
-                    throw std::invalid_argument(std::string(op) + ": axis " + std::to_string(a) +
-                                                " listed twice for a tensor of shape " + shape_to_string(x.shape()));
+                    throw xgrad::invalid_argument(std::string(op) + ": axis " + std::to_string(a) +
+                                                  " listed twice for a tensor of shape " + shape_to_string(x.shape()));
                 mask[d] = true;
             }
             return mask;
@@ -107,10 +108,15 @@ namespace xgrad
     {
         detail::check_floating(x, "mean");
         const auto mask = reduced_mask(x, axes, "mean");
+        // The number of reduced elements: at most numel() when none is empty, but an empty axis
+        // may follow extents whose product alone overflows, so a zero makes it 0 at once.
         std::int64_t count = 1;
         for (std::size_t i = 0; i < mask.size(); ++i)
+            if (mask[i] && x.shape()[i] == 0)
+                count = 0;
+        for (std::size_t i = 0; i < mask.size() && count != 0; ++i)
             if (mask[i])
-                count *= x.shape()[i];
+                count = checked_mul(count, x.shape()[i], "mean: the number of reduced elements");
         return div(sum(x, axes, keepdim), scalar_like(x, static_cast<double>(count)));
     }
 
@@ -120,8 +126,8 @@ namespace xgrad
         const auto mask = reduced_mask(x, axes, "max");
         for (std::size_t i = 0; i < mask.size(); ++i)
             if (mask[i] && x.shape()[i] == 0)
-                throw std::invalid_argument("max: cannot reduce axis " + std::to_string(i) +
-                                            " of extent 0 in a tensor of shape " + shape_to_string(x.shape()));
+                throw xgrad::invalid_argument("max: cannot reduce axis " + std::to_string(i) +
+                                              " of extent 0 in a tensor of shape " + shape_to_string(x.shape()));
         const tensor y_keep = reduce_forward(x, mask, kernels::reduce_op::max);
         tensor y = drop_reduced(y_keep, mask, keepdim);
         record("max", {x}, {y}, [x, y_keep = y_keep.detach(), axes](function_node&, const std::vector<tensor>& g) {
@@ -173,8 +179,8 @@ namespace xgrad
         if (x.shape() == shape)
             return x;
         if (broadcast_shapes(shape, x.shape()) != x.shape())
-            throw std::invalid_argument("sum_to: shape " + shape_to_string(x.shape()) + " cannot be summed to " +
-                                        shape_to_string(shape) + " (it does not broadcast from it)");
+            throw xgrad::invalid_argument("sum_to: shape " + shape_to_string(x.shape()) + " cannot be summed to " +
+                                          shape_to_string(shape) + " (it does not broadcast from it)");
         const std::size_t lead = x.shape().size() - shape.size();
         axes_type axes;
         for (std::size_t i = 0; i < x.shape().size(); ++i)

@@ -10,6 +10,8 @@
 
 #include "../detail.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -22,33 +24,49 @@ namespace xgrad
         shape_type infer_shape(const tensor& x, const shape_type& shape)
         {
             shape_type out = shape;
-            std::int64_t known = 1;
             int infer = -1;
+            bool has_zero = false;
             for (std::size_t i = 0; i < out.size(); ++i)
             {
                 if (out[i] == -1)
                 {
                     if (infer >= 0)
-                        throw std::invalid_argument("reshape: only one dimension can be -1 in " +
-                                                    shape_to_string(shape));
+                        throw xgrad::invalid_argument("reshape: only one dimension can be -1 in " +
+                                                      shape_to_string(shape));
                     infer = static_cast<int>(i);
                 }
                 else if (out[i] < 0)
-                    throw std::invalid_argument("reshape: invalid extent in " + shape_to_string(shape));
-                else
-                    known *= out[i];
+                    throw xgrad::invalid_argument("reshape: invalid extent in " + shape_to_string(shape));
+                else if (out[i] == 0)
+                    has_zero = true;
             }
+            // The product of the known extents, checked: a zero extent makes it 0 whatever the
+            // others are (so [0, 2^62, 4] is a valid empty shape); otherwise a product beyond
+            // int64 cannot equal x's element count, and is reported as the overflow it is
+            // rather than wrapping into a wrong "cannot infer" or a false match.
+            std::int64_t known = 1;
+            if (has_zero)
+                known = 0;
+            else
+            {
+                const std::string what = "reshape: the extents of " + shape_to_string(shape) +
+                                         " (for a tensor of shape " + shape_to_string(x.shape()) + ")";
+                for (std::size_t i = 0; i < out.size(); ++i)
+                    if (static_cast<int>(i) != infer)
+                        known = checked_mul(known, out[i], what.c_str());
+            }
+            const std::int64_t numel = x.numel();
             if (infer >= 0)
             {
-                if (known == 0 || x.numel() % known != 0)
-                    throw std::invalid_argument("reshape: cannot infer -1 in " + shape_to_string(shape) +
-                                                " for a tensor of shape " + shape_to_string(x.shape()));
-                out[static_cast<std::size_t>(infer)] = x.numel() / known;
+                if (known == 0 || numel % known != 0)
+                    throw xgrad::invalid_argument("reshape: cannot infer -1 in " + shape_to_string(shape) +
+                                                  " for a tensor of shape " + shape_to_string(x.shape()));
+                out[static_cast<std::size_t>(infer)] = numel / known;
             }
-            if (numel_of(out) != x.numel())
-                throw std::invalid_argument("reshape: shape " + shape_to_string(shape) +
-                                            " is invalid for a tensor of shape " + shape_to_string(x.shape()) + " (" +
-                                            std::to_string(x.numel()) + " elements)");
+            else if (known != numel)
+                throw xgrad::invalid_argument("reshape: shape " + shape_to_string(shape) +
+                                              " is invalid for a tensor of shape " + shape_to_string(x.shape()) + " (" +
+                                              std::to_string(numel) + " elements)");
             return out;
         }
     }
@@ -69,8 +87,8 @@ namespace xgrad
     {
         detail::check_defined(x, "permute");
         if (static_cast<std::int64_t>(dims.size()) != x.dim())
-            throw std::invalid_argument("permute: got " + std::to_string(dims.size()) + " dims for a tensor of shape " +
-                                        shape_to_string(x.shape()));
+            throw xgrad::invalid_argument("permute: got " + std::to_string(dims.size()) +
+                                          " dims for a tensor of shape " + shape_to_string(x.shape()));
         std::vector<std::int64_t> inverse(dims.size(), -1);
         shape_type shape(dims.size());
         strides_type strides(dims.size());
@@ -78,8 +96,8 @@ namespace xgrad
         {
             const auto d = static_cast<std::size_t>(detail::normalize_dim(dims[i], x.dim(), "permute", x.shape()));
             if (inverse[d] != -1)
-                throw std::invalid_argument("permute: dimension " + std::to_string(dims[i]) + " repeated in " +
-                                            shape_to_string(dims));
+                throw xgrad::invalid_argument("permute: dimension " + std::to_string(dims[i]) + " repeated in " +
+                                              shape_to_string(dims));
             inverse[d] = static_cast<std::int64_t>(i);
             shape[i] = x.shape()[d];
             strides[i] = x.strides()[d];
@@ -115,7 +133,7 @@ namespace xgrad
             const auto ndim = static_cast<std::int64_t>(shape.size());
             const std::int64_t d = detail::normalize_dim(dim, ndim, "slice", shape);
             if (step < 1)
-                throw std::invalid_argument("slice: step must be >= 1, got " + std::to_string(step));
+                throw xgrad::invalid_argument("slice: step must be >= 1, got " + std::to_string(step));
             const std::int64_t n = shape[static_cast<std::size_t>(d)];
             auto clamp = [n](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, std::int64_t{0}, n); };
             const std::int64_t b = clamp(start), e = clamp(stop);
@@ -132,7 +150,8 @@ namespace xgrad
             shape[d] = r.count;
             const std::int64_t offset = x.offset() + (r.count > 0 ? r.start * strides[d] : 0);
             if (r.count > 1) // a stride along an extent-1 dimension is never used
-                strides[d] *= r.step;
+                strides[d] = checked_mul(strides[d], r.step,
+                                         "slice: the stride of the sliced dimension times the step");
             return detail::alias(x, shape, strides, offset);
         }
     }
@@ -158,19 +177,23 @@ namespace xgrad
         shape_type expected = shape;
         expected[d] = count;
         if (count < 0 || g.shape() != expected || step < 1 || start < 0)
-            throw std::invalid_argument("slice_backward: gradient of shape " + shape_to_string(g.shape()) +
-                                        " cannot come from a slice of " + shape_to_string(shape) + " along dimension " +
-                                        std::to_string(d));
-        if (count > 0 && start + (count - 1) * step >= shape[d])
-            throw std::invalid_argument("slice_backward: " + std::to_string(count) + " elements from " +
-                                        std::to_string(start) + " with step " + std::to_string(step) +
-                                        " overrun dimension " + std::to_string(d) + " of " + shape_to_string(shape));
+            throw xgrad::invalid_argument("slice_backward: gradient of shape " + shape_to_string(g.shape()) +
+                                          " cannot come from a slice of " + shape_to_string(shape) +
+                                          " along dimension " + std::to_string(d));
+        // (count - 1) * step + start > shape[d] - 1 tested by division, so that no product of
+        // the arguments can overflow.
+        if (count > 0 && (start >= shape[d] || (count - 1) > (shape[d] - 1 - start) / step))
+            throw xgrad::invalid_argument("slice_backward: " + std::to_string(count) + " elements from " +
+                                          std::to_string(start) + " with step " + std::to_string(step) +
+                                          " overrun dimension " + std::to_string(d) + " of " + shape_to_string(shape));
         const slice_range r{static_cast<std::int64_t>(d), start, count, step};
         tensor out = zeros(shape, g.dtype(), g.device());
         const tensor view = slice_view(out, r);
         detail::copy_into(view, g);
         record("slice_backward", {g}, {out}, [r](function_node&, const std::vector<tensor>& gg) {
-            return std::vector<tensor>{slice(gg[0], r.dim, r.start, r.start + r.count * r.step, r.step)};
+            // Stop just past the last element taken: start + count * step may not fit in int64.
+            const std::int64_t stop = r.count > 0 ? r.start + (r.count - 1) * r.step + 1 : r.start;
+            return std::vector<tensor>{slice(gg[0], r.dim, r.start, stop, r.step)};
         });
         return out;
     }
@@ -179,8 +202,8 @@ namespace xgrad
     {
         detail::check_defined(x, "expand");
         if (shape.size() < static_cast<std::size_t>(x.dim()))
-            throw std::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
-                                        shape_to_string(shape) + " (fewer dimensions)");
+            throw xgrad::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
+                                          shape_to_string(shape) + " (fewer dimensions)");
         numel_of(shape); // rejects negative extents and overflowing sizes, naming the shape
         const std::size_t lead = shape.size() - static_cast<std::size_t>(x.dim());
         strides_type strides(shape.size(), 0);
@@ -190,8 +213,8 @@ namespace xgrad
             if (e == shape[lead + i])
                 strides[lead + i] = x.strides()[i];
             else if (e != 1)
-                throw std::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
-                                            shape_to_string(shape) + " (dimension " + std::to_string(lead + i) + ")");
+                throw xgrad::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
+                                              shape_to_string(shape) + " (dimension " + std::to_string(lead + i) + ")");
         }
         if (shape == x.shape())
             return x;
@@ -205,7 +228,7 @@ namespace xgrad
     tensor concat(const std::vector<tensor>& xs, std::int64_t dim)
     {
         if (xs.empty())
-            throw std::invalid_argument("concat: no tensors given");
+            throw xgrad::invalid_argument("concat: no tensors given");
         const tensor& first = xs[0];
         detail::check_defined(first, "concat");
         const std::int64_t d = detail::normalize_dim(dim, first.dim(), "concat", first.shape());
@@ -218,10 +241,13 @@ namespace xgrad
             for (std::size_t k = 0; fits && k < shape.size(); ++k)
                 fits = static_cast<std::int64_t>(k) == d || xs[i].shape()[k] == first.shape()[k];
             if (!fits)
-                throw std::invalid_argument("concat: tensor " + std::to_string(i) + " has shape " +
-                                            shape_to_string(xs[i].shape()) + ", which does not match " +
-                                            shape_to_string(first.shape()) + " outside dimension " + std::to_string(d));
-            shape[static_cast<std::size_t>(d)] += xs[i].shape()[static_cast<std::size_t>(d)];
+                throw xgrad::invalid_argument("concat: tensor " + std::to_string(i) + " has shape " +
+                                              shape_to_string(xs[i].shape()) + ", which does not match " +
+                                              shape_to_string(first.shape()) + " outside dimension " +
+                                              std::to_string(d));
+            shape[static_cast<std::size_t>(d)] = checked_add(shape[static_cast<std::size_t>(d)],
+                                                             xs[i].shape()[static_cast<std::size_t>(d)],
+                                                             "concat: the extents along the concatenated dimension");
         }
         tensor y = detail::empty(shape, first.dtype(), first.device());
         std::vector<std::int64_t> offsets;
@@ -248,15 +274,20 @@ namespace xgrad
     {
         detail::check_defined(x, "pad");
         if (static_cast<std::int64_t>(widths.size()) != x.dim())
-            throw std::invalid_argument("pad: got " + std::to_string(widths.size()) +
-                                        " (before, after) pairs for a tensor of shape " + shape_to_string(x.shape()));
+            throw xgrad::invalid_argument("pad: got " + std::to_string(widths.size()) +
+                                          " (before, after) pairs for a tensor of shape " + shape_to_string(x.shape()));
         shape_type shape = x.shape();
         for (std::size_t i = 0; i < widths.size(); ++i)
         {
             if (widths[i].first < 0 || widths[i].second < 0)
-                throw std::invalid_argument("pad: negative width (" + std::to_string(widths[i].first) + ", " +
-                                            std::to_string(widths[i].second) + ") for dimension " + std::to_string(i));
-            shape[i] += widths[i].first + widths[i].second;
+                throw xgrad::invalid_argument("pad: negative width (" + std::to_string(widths[i].first) + ", " +
+                                              std::to_string(widths[i].second) + ") for dimension " +
+                                              std::to_string(i));
+            const std::string what = "pad: extent " + std::to_string(shape[i]) + " of dimension " + std::to_string(i) +
+                                     " of shape " + shape_to_string(x.shape()) + " plus the widths (" +
+                                     std::to_string(widths[i].first) + ", " + std::to_string(widths[i].second) + ")";
+            shape[i] = checked_add(checked_add(shape[i], widths[i].first, what.c_str()), widths[i].second,
+                                   what.c_str());
         }
         tensor y = full(shape, value, x.dtype(), x.device());
         tensor inner = y;
@@ -304,7 +335,7 @@ namespace xgrad
             return x;
         const tensor src = detail::raw_contiguous(x);
         tensor y = detail::empty(x.shape(), x.dtype(), dev);
-        const std::size_t nbytes = static_cast<std::size_t>(x.numel()) * itemsize(x.dtype());
+        const std::size_t nbytes = checked_bytes(x.numel(), itemsize(x.dtype()), "to_device: the tensor's bytes");
         // CPU memory is host memory, so a copy to or from the CPU is one transfer of the other
         // backend; between two CUDA devices it goes through a host buffer.
         if (dev.type == device_type::cpu)

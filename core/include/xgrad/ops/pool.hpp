@@ -9,8 +9,10 @@
 // Errors: xgrad::invalid_argument naming the argument and the shapes (undefined or
 // non-floating x, rank other than 4, unknown data_format, kernel/stride/dilation < 1,
 // padding < 0 or more than half the kernel, a window lying entirely in padding (possible with
-// dilation), an empty output; adaptive_avg_pool2d: output_size < 1 or an empty spatial
-// extent).
+// dilation), an empty output; adaptive_avg_pool2d: output_size < 1, an empty spatial
+// extent, or an output whose element or byte count does not fit int64).
+// Cost: the argument checks take constant time whatever the extents; an empty input (N or C
+// 0) costs no work or scratch sized by the kernel or the output size.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -44,7 +46,8 @@ namespace xgrad
     /// adaptive_avg_pool2d: cell i along an axis of extent n covers [floor(i n / o), ceil((i + 1) n / o)).
     /// output_size {1, 1} is global average pooling. Cells may overlap, and output_size may
     /// exceed the input. When the cells do not tile the input evenly, each axis is averaged in
-    /// turn, one cell at a time (correct but slower: O(OH + OW) ops).
+    /// turn, all cells of an axis in one gather (a constant number of ops, with scratch of the
+    /// order of the input plus the output; none for an empty input).
     tensor adaptive_avg_pool2d(const tensor& x, std::array<std::int64_t, 2> output_size,
                                std::string_view data_format = "NCHW");
 }

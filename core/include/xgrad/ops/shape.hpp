@@ -1,6 +1,10 @@
 #pragma once
 // Shape and layout ops (core/src/ops/shape.cpp). All are differentiable; the view ops share
 // storage with their input. Methods of the same name on `tensor` call these.
+//
+// Errors: xgrad::invalid_argument naming the op and the shapes, also when a size computed from
+// the arguments (reshape's product of extents, pad's extent plus widths, concat's sum of
+// extents, a sliced stride times the step, the result's strides) does not fit int64.
 #include <utility>
 #include <vector>
 
@@ -8,7 +12,8 @@
 
 namespace xgrad
 {
-    /// One dimension may be -1 (inferred). A view when x is contiguous, else a copy.
+    /// One dimension may be -1 (inferred). A view when x is contiguous, else a copy. A shape with
+    /// a 0 extent is empty whatever its other extents are.
     tensor reshape(const tensor& x, const shape_type& shape);
     /// dims is a permutation of 0..ndim-1 (negative allowed).
     tensor permute(const tensor& x, const std::vector<std::int64_t>& dims);
