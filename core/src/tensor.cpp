@@ -56,8 +56,11 @@ namespace xgrad
     strides_type contiguous_strides(const shape_type& shape)
     {
         // A zero extent counts as 1, so an empty tensor gets the strides of its non-empty
-        // neighbours; those are still products of the extents and are checked: [0, 2^40, 2^40]
-        // has no int64 stride for dimension 0 and is reported, not given a wrapped one.
+        // neighbours. Those are products of the extents and may not fit int64 when the shape is
+        // empty ([0, 2^40, 2^40]: a nonempty shape's strides are at most its element count).
+        // An empty tensor addresses no element, so any strides are valid for it: then every
+        // stride is 1, a defined value that keeps every offset computed from it small, rather
+        // than a wrapped product or a refusal of a tensor that [2^40, 2^40, 0] shows is fine.
         strides_type strides(shape.size());
         std::int64_t s = 1;
         for (std::size_t i = shape.size(); i-- > 0;)
@@ -65,13 +68,12 @@ namespace xgrad
             strides[i] = s;
             if (i == 0)
                 break; // the product of all extents is no stride
-            try
+            if (__builtin_mul_overflow(s, std::max<std::int64_t>(shape[i], 1), &s))
             {
-                s = checked_mul(s, std::max<std::int64_t>(shape[i], 1), "contiguous strides");
-            }
-            catch (const invalid_argument& e)
-            {
-                throw invalid_argument(std::string(e.what()) + " in shape " + shape_to_string(shape));
+                if (numel_of(shape) != 0) // unreachable: the strides of a nonempty shape fit
+                    throw invalid_argument("contiguous strides of shape " + shape_to_string(shape) +
+                                           " do not fit a 64-bit size");
+                return strides_type(shape.size(), 1);
             }
         }
         return strides;

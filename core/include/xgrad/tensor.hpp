@@ -143,8 +143,8 @@ namespace xgrad
     /// product. Throws xgrad::invalid_argument naming the shape for a negative extent or a
     /// product beyond int64.
     std::int64_t numel_of(const shape_type& shape);
-    /// Row-major strides of `shape`, counting a 0 extent as 1. Throws xgrad::invalid_argument
-    /// naming the shape when a stride does not fit int64 (possible only for an empty shape,
-    /// such as [0, 2^40, 2^40]).
+    /// Row-major strides of `shape`, counting a 0 extent as 1. When those do not fit int64
+    /// (possible only for an empty shape, such as [0, 2^40, 2^40], which addresses no element),
+    /// every stride is 1.
     strides_type contiguous_strides(const shape_type& shape);
 }
