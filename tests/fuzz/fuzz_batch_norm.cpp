@@ -115,13 +115,16 @@ namespace
             const std::size_t c = (i / static_cast<std::size_t>(inner)) % static_cast<std::size_t>(r.channels);
             sum[c] += xs[i];
         }
+        const long double count = static_cast<long double>(xs.size()) / static_cast<long double>(r.channels);
         for (std::size_t c = 0; c < sum.size(); ++c)
         {
-            const bool exact_nan = std::isnan(sum[c]);
-            XGRAD_FUZZ_CHECK(target, exact_nan == std::isnan(mean[c]),
-                             std::string(relu ? "fused_batch_norm_relu" : "fused_batch_norm") + ": channel " +
-                                 std::to_string(c) + " batch mean " + std::to_string(mean[c]) +
-                                 " but the exact mean is " + std::to_string(static_cast<double>(sum[c])));
+            const long double exact = sum[c] / count;
+            XGRAD_FUZZ_CHECK(target, std::isnan(exact) == std::isnan(mean[c]),
+                             std::string(relu ? "fused_batch_norm_relu" : "fused_batch_norm") + " (" +
+                                 std::string(name(x.dtype())) + ", x " + fuzz::shape_string(x.shape()) + " " +
+                                 r.attrs.data_format + "): channel " + std::to_string(c) + " batch mean " +
+                                 std::to_string(mean[c]) + " but the exact mean is " +
+                                 std::to_string(static_cast<double>(exact)));
         }
     }
 

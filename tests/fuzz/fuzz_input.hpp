@@ -5,7 +5,10 @@
 // valid request and the mutator can shorten or lengthen inputs freely. Extents and attributes
 // are mostly small (so that the ops run and their branches are covered), with a fixed table
 // of hostile values (0, -1, 2^31 - 1, 2^32, 2^40, INT64_MAX, INT64_MIN, ...) picked by the
-// byte values at the top of the range, so huge attributes are one mutation away.
+// byte values at the top of the range, so huge attributes are one mutation away: byte b < 224
+// is a small value, 224 + k the k-th entry of the table (k < 18), and 242..255 take the next 8
+// bytes as a raw little-endian value. Regression inputs depend on this coding: change it only
+// by appending to the table, and regenerate the seeds (tests/fuzz/make_seeds.cpp).
 //
 // Tensors are made only when their element count is at most max_elements (2^16), so a target
 // never allocates much by design; a request whose size the target's own prediction says is
@@ -96,6 +99,8 @@ namespace xgrad::fuzz
                 std::int64_t{1} << 62,
                 -(std::int64_t{1} << 31),
                 -(std::int64_t{1} << 40),
+                (std::int64_t{1} << 30) - 1, // at most half of 2^31 - 1: a pool's padding
+                std::int64_t{1} << 30,
             };
             const std::uint8_t k = b - 224;
             if (k < sizeof(hostile) / sizeof(hostile[0]))

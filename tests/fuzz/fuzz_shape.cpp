@@ -241,7 +241,10 @@ namespace
                 if (d >= 0)
                     other[static_cast<std::size_t>(d)] = along;
                 if (in.byte() >= 230)
-                    other[in.choice(other.size())] += 1; // a mismatch, unless it hit d
+                {
+                    auto& e = other[in.choice(other.size())];
+                    e = e < fuzz::max_elements ? e + 1 : 0; // a mismatch, unless it hit d
+                }
                 if (!fuzz::fits(other))
                     return;
                 dtype dt = t.dtype();

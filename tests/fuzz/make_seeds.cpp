@@ -12,6 +12,8 @@
 //     modes.
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -67,12 +69,17 @@ namespace
             }
     }
 
-    bytes prefixed(std::uint8_t first, const bytes& rest)
+    /// `head` followed by `rest` (copied into a buffer of the final size: g++ 12 warns,
+    /// wrongly, about inserting into a vector made from an initializer list).
+    bytes concat(const bytes& head, const bytes& rest)
     {
-        bytes b{first};
-        b.insert(b.end(), rest.begin(), rest.end());
+        bytes b(head.size() + rest.size());
+        std::copy(head.begin(), head.end(), b.begin());
+        std::copy(rest.begin(), rest.end(), b.begin() + static_cast<std::ptrdiff_t>(head.size()));
         return b;
     }
+
+    bytes prefixed(std::uint8_t first, const bytes& rest) { return concat(bytes(1, first), rest); }
 
     void safetensors_seeds(const fs::path& dir, const fs::path& tmp)
     {
@@ -150,9 +157,7 @@ namespace
         const bytes im_bytes = read(images), lb_bytes = read(labels);
 
         auto mode = [](std::uint8_t selector, std::uint8_t rank, const bytes& payload) {
-            bytes b{selector, rank};
-            b.insert(b.end(), payload.begin(), payload.end());
-            return b;
+            return concat(bytes{selector, rank}, payload);
         };
         write(dir, "plain_images", mode(0, 3, im_bytes));
         write(dir, "plain_labels", mode(0, 1, lb_bytes));
@@ -162,15 +167,13 @@ namespace
         write(dir, "compressed_images", mode(2, 3, im_bytes));
         write(dir, "compressed_labels", mode(2, 1, lb_bytes));
         // Dataset: classes byte 9 (-> 10), limit 0, split = size of the images file.
-        bytes ds{3,
-                 0,
-                 9,
-                 0,
-                 static_cast<std::uint8_t>(im_bytes.size() & 0xff),
-                 static_cast<std::uint8_t>(im_bytes.size() >> 8)};
-        ds.insert(ds.end(), im_bytes.begin(), im_bytes.end());
-        ds.insert(ds.end(), lb_bytes.begin(), lb_bytes.end());
-        write(dir, "dataset", ds);
+        const bytes ds_head{3,
+                            0,
+                            9,
+                            0,
+                            static_cast<std::uint8_t>(im_bytes.size() & 0xff),
+                            static_cast<std::uint8_t>(im_bytes.size() >> 8)};
+        write(dir, "dataset", concat(concat(ds_head, im_bytes), lb_bytes));
         fs::remove(images);
         fs::remove(labels);
     }
