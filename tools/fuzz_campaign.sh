@@ -79,7 +79,8 @@ for t in "${targets[@]}"; do
   crashes="$state_dir/crashes/$t"
   mkdir -p "$corpus" "$crashes" "$state_dir/logs"
   cp -n tests/fuzz/corpus/"$t"/* "$corpus/" 2>/dev/null || true
-  before=$(find "$crashes" -type f | wc -l)
+  marker="$state_dir/logs/.$t.start"
+  touch "$marker"
   log="$state_dir/logs/$t.log"
   printf '==> %s: %s min, %s jobs, corpus %s (%s inputs)\n' "$t" "$minutes" "$jobs" "$corpus" \
     "$(find "$corpus" -type f | wc -l)"
@@ -91,9 +92,15 @@ for t in "${targets[@]}"; do
     "$exe" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
            -max_total_time=$((minutes * 60)) -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=64 -max_len=8192 \
            -artifact_prefix="$crashes/" "$corpus" "${seeds[@]}" >"$log" 2>&1 || true
-  after=$(find "$crashes" -type f | wc -l)
-  printf '    %s new finding input(s) in %s (log: %s)\n' "$((after - before))" "$crashes" "$log"
-  grep -E '^SUMMARY|^==[0-9]+== ?ERROR|fuzz finding in|runtime error' "$log" | sort | uniq -c | sort -rn | head -20 || true
-  [[ $after -gt $before ]] && status=1
+  mapfile -t found < <(find "$crashes" -type f -newer "$marker" | sort)
+  printf '    %s new finding input(s) in %s (log: %s)\n' "${#found[@]}" "$crashes" "$log"
+  # The workers' reports are not in the log (fork mode): replay each new input (200 at most)
+  # and count the distinct first report lines, numbers elided.
+  for f in "${found[@]:0:200}"; do
+    ASAN_OPTIONS=detect_leaks=1 timeout 60 "$exe" -rss_limit_mb=2048 -malloc_limit_mb=64 -timeout=25 "$f" 2>&1 |
+      grep -m1 -E 'runtime error|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|fuzz finding in' |
+      sed -E 's/==[0-9]+==//; s/0x[0-9a-f]+/0x.../g; s/-?[0-9]{3,}/N/g' || true
+  done | sort | uniq -c | sort -rn | head -20
+  [[ ${#found[@]} -gt 0 ]] && status=1
 done
 exit $status
