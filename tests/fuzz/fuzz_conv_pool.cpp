@@ -212,7 +212,8 @@ namespace
                     w_shape[1] += 1; // C / groups no longer matches x (O is the weight's own)
                 if (!fuzz::fits(w_shape))
                     return; // a huge kernel needs a huge weight: not a request one can make
-                if (!p.reject && !small(mul(mul(rows, kk), c)))
+                // Both the columns and the output [N, O, OH, OW] must be small.
+                if (!p.reject && (!small(mul(mul(rows, kk), c)) || !small(mul(rows, o))))
                     return;
                 tensor weight = fuzz::make_tensor(in, w_shape, dt);
                 tensor bias = in.boolean() ? fuzz::make_tensor(in, {in.byte() >= 240 ? o + 1 : o}, dt) : tensor();
