@@ -6,7 +6,9 @@
 #   tools/bootstrap.sh test [ARGS...]  install missing Debian packages, check the C++ formatting
 #                                      (tools/check_format.sh), build with warnings as errors,
 #                                      run ctest, then build again with ASan+UBSan and run the
-#                                      tests there too (ARGS go to ctest, e.g. `-L gradcheck`)
+#                                      tests there too (ARGS go to ctest, e.g. `-L gradcheck`),
+#                                      then build the libFuzzer targets with clang and run each
+#                                      for a bounded time (docs/fuzzing.md)
 #
 # The CUDA backend: where nvcc is installed, the first build compiles it for the GPU (its
 # `cuda` tests skip when no GPU is present). The sanitizer build compiles the same backend
@@ -16,6 +18,8 @@
 #
 # Environment: BUILD_DIR (default: build, relative to the repository root);
 # SANITIZE_BUILD_DIR (default: $BUILD_DIR-sanitize); XGRAD_SKIP_SANITIZERS=1 skips that stage.
+# FUZZ_BUILD_DIR (default: build-fuzz); XGRAD_FUZZ_SECONDS (default 60): how long each fuzz
+# target runs; XGRAD_SKIP_FUZZ=1 skips the fuzz stage.
 # Works from any directory; everything happens in the repository root.
 set -euo pipefail
 
@@ -23,10 +27,11 @@ usage() {
   cat <<'EOF'
 usage: tools/bootstrap.sh example [ARGS...]   build, then train build/examples/train_fashion_mnist [ARGS...]
        tools/bootstrap.sh test [ARGS...]      check the formatting, build (warnings as errors), then run
-                                              ctest [ARGS...] (e.g. -L gradcheck), also under ASan+UBSan
+                                              ctest [ARGS...] (e.g. -L gradcheck), also under ASan+UBSan,
+                                              then run each libFuzzer target for XGRAD_FUZZ_SECONDS (60)
 
 Installs missing Debian packages first (as root; otherwise prints the apt-get line to run).
-Environment: BUILD_DIR=<dir> (default: build)
+Environment: BUILD_DIR=<dir> (default: build); XGRAD_SKIP_SANITIZERS=1, XGRAD_SKIP_FUZZ=1 skip stages
 EOF
 }
 
@@ -69,9 +74,12 @@ else
   if [[ $mode == test && ! -f /usr/local/cuda/include/cccl/thrust/version.h ]]; then
     packages+=(libthrust-dev libcub-dev)
   fi
-  # The format check of the test mode.
+  # The format check of the test mode, and clang with its libFuzzer runtime for the fuzz stage.
   if [[ $mode == test ]]; then
     packages+=(clang-format)
+    if [[ ${XGRAD_SKIP_FUZZ:-0} != 1 ]]; then
+      packages+=(clang libclang-rt-14-dev)
+    fi
   fi
   # A build tool: ninja-build if it is there, otherwise make.
   if is_installed ninja-build; then
@@ -158,5 +166,50 @@ else
     step "Testing under ASan+UBSan: ctest --test-dir $san_dir -LE install --output-on-failure -j$jobs $*"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --test-dir "$san_dir" -LE install --output-on-failure -j"$jobs" "$@"
+  fi
+
+  # The libFuzzer targets (tests/fuzz, docs/fuzzing.md), built with clang in a folder of their
+  # own, each run for XGRAD_FUZZ_SECONDS from a copy of its seed corpus with a fixed seed.
+  # A finding (crash, sanitizer report, unexpected exception, timeout, an allocation above
+  # 64 MiB or more than 2 GiB resident) fails the command, and its input is kept in
+  # $fuzz_dir/findings/<target>/ for tests/fuzz/regressions/<target>/. Skipped with
+  # XGRAD_SKIP_FUZZ=1.
+  if [[ ${XGRAD_SKIP_FUZZ:-0} != 1 ]]; then
+    fuzz_dir=${FUZZ_BUILD_DIR:-build-fuzz}
+    fuzz_seconds=${XGRAD_FUZZ_SECONDS:-60}
+    fuzz_args=(-S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXGRAD_BUILD_FUZZ=ON -DXGRAD_BUILD_TESTS=OFF
+               -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_USE_CUDA=OFF -DXGRAD_SHARED=OFF -DXGRAD_WERROR=ON)
+    if [[ ! -f "$fuzz_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
+      fuzz_args+=(-G Ninja)
+    fi
+    step "Configuring the fuzz build: CC=clang CXX=clang++ cmake ${fuzz_args[*]}"
+    CC=clang CXX=clang++ cmake "${fuzz_args[@]}"
+    step "Building: cmake --build $fuzz_dir -j$jobs"
+    cmake --build "$fuzz_dir" -j"$jobs"
+    fuzz_failed=()
+    for src in tests/fuzz/fuzz_*.cpp; do
+      name=$(basename "$src" .cpp)
+      name=${name#fuzz_}
+      exe="$fuzz_dir/tests/fuzz/fuzz_$name"
+      [[ -x "$exe" ]] || die "$exe was not built"
+      # A copy of the seeds: libFuzzer adds the inputs it finds to its corpus folder.
+      work="$fuzz_dir/fuzz-run/$name"
+      rm -rf "$work"
+      mkdir -p "$work/corpus" "$fuzz_dir/findings/$name"
+      cp tests/fuzz/corpus/"$name"/* "$work/corpus/"
+      step "Fuzzing $name for ${fuzz_seconds} s: $exe"
+      if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+           "$exe" -seed=1 -max_total_time="$fuzz_seconds" -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=64 \
+                  -max_len=8192 -print_final_stats=1 -artifact_prefix="$fuzz_dir/findings/$name/" \
+                  "$work/corpus" >"$work/log" 2>&1; then
+        tail -n 60 "$work/log"
+        fuzz_failed+=("$name")
+      else
+        grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+.*DONE)' "$work/log" || true
+      fi
+    done
+    if [[ ${#fuzz_failed[@]} -gt 0 ]]; then
+      die "fuzz findings in: ${fuzz_failed[*]} (inputs in $fuzz_dir/findings/; docs/fuzzing.md says how to make them regression tests)"
+    fi
   fi
 fi
