@@ -32,14 +32,17 @@ namespace xgrad::kernels
     /// r = 1 / sqrt(var + eps), in double.
     XGRAD_HOST_DEVICE inline double bn_inv_std(double var, double eps) { return 1.0 / std::sqrt(var + eps); }
 
+    /// Whether v is finite (not +-Inf or NaN): v - v == 0 is false exactly for those, and needs
+    /// no <cmath> in device code.
+    XGRAD_HOST_DEVICE inline bool bn_is_finite(double v) { return v - v == 0; }
+
     /// The batch mean of the corrected two-pass moments: the first-pass mean m = sum(x) / R
     /// refined by sum(x - m) / R, on every backend. A channel holding +Inf or -Inf (or NaN) has a
     /// first-pass mean that is not finite; then every x - m is NaN and refining would turn the
-    /// contract's +-Inf mean into NaN, so a non-finite m is the result as it is. (m - m == 0 is
-    /// false exactly for +-Inf and NaN, and needs no <cmath> in device code.)
+    /// contract's +-Inf mean into NaN, so a non-finite m is the result as it is.
     XGRAD_HOST_DEVICE inline double bn_refined_mean(double m, double sum_centred, double R)
     {
-        return m - m == 0 ? m + sum_centred / R : m;
+        return bn_is_finite(m) ? m + sum_centred / R : m;
     }
 
     /// One channel's five sums of bn_grad_grad_reduce (the statistics-type values, widened):

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "backends/common/batch_norm_coefficients.hpp"
 #include "backends/cuda/batch_norm_sums.hpp"
@@ -159,24 +160,51 @@ namespace xgrad::cuda
         /// Moments, pass 2 (corrected two-pass): mean = m + sum d / R,
         /// var = (sum d^2 - (sum d)^2 / R) / R clamped at 0 (NaN kept); and, for the training
         /// forward, the normalize coefficients from the stored (rounded) mean and var.
-        template <class S>
+        /// Float lanes overflow for finite data near the float range (x ~ 3e38: the sum is inf
+        /// though the mean is finite; x ~ 1.5e19: the sum of d^2 is inf though the variance
+        /// fits): a float channel whose statistics come out infinite or NaN is summed again,
+        /// by this one index, element by element in double (the reference's arithmetic; data
+        /// holding +-Inf or NaN gives the same non-finite result), as the CPU kernels do. It
+        /// costs nothing for finite statistics.
+        template <class T, class S>
         struct finish_moments
         {
             const S* m;
             S* mean;
             S* var;
             double R;
+            const void* x = nullptr;
+            i64 outer = 0, inner = 0;
             S* coef = nullptr; // normalize_coef table, or null
             const S* scale = nullptr;
             const S* offset = nullptr;
             double eps = 0;
             i64 C = 0;
+            XGRAD_HOST_DEVICE void in_double(i64 c) const
+            {
+                double sum = 0, sq = 0;
+                for (i64 o = 0; o < outer; ++o)
+                    for (i64 i = 0; i < inner; ++i)
+                        sum += static_cast<double>(element<T>::load(x, (o * C + c) * inner + i));
+                const double mc = sum / R;
+                for (i64 o = 0; o < outer; ++o)
+                    for (i64 i = 0; i < inner; ++i)
+                    {
+                        const double d = static_cast<double>(element<T>::load(x, (o * C + c) * inner + i)) - mc;
+                        sq += d * d;
+                    }
+                mean[c] = static_cast<S>(mc);
+                var[c] = static_cast<S>(sq / R);
+            }
             XGRAD_HOST_DEVICE void operator()(i64 c, const double (&s)[2]) const
             {
                 const double sd = s[0], sq = s[1];
                 const double v = (sq - sd * sd / R) / R;
                 mean[c] = static_cast<S>(kernels::bn_refined_mean(static_cast<double>(m[c]), sd, R));
                 var[c] = static_cast<S>(v < 0 ? 0.0 : v);
+                if constexpr (std::is_same_v<S, float>)
+                    if (!kernels::bn_is_finite(mean[c]) || !kernels::bn_is_finite(var[c]))
+                        in_double(c);
                 if (coef)
                     normalize_coef<S>(coef, C, c, scale, offset, mean, var, eps);
             }
@@ -245,7 +273,10 @@ namespace xgrad::cuda
             device_buffer mbuf(sizeof(S) * static_cast<std::size_t>(C));
             S* m = mbuf.as<S>();
             channel_sums<S, 1>(outer, C, inner, sum_x<T, S>{x}, finish_mean<S>{m, dR});
-            finish_moments<S> fin{m, mo, vo, dR};
+            finish_moments<T, S> fin{m, mo, vo, dR};
+            fin.x = x;
+            fin.outer = outer;
+            fin.inner = inner;
             fin.coef = coef;
             fin.scale = static_cast<const S*>(scale);
             fin.offset = static_cast<const S*>(offset);

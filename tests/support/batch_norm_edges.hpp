@@ -21,7 +21,11 @@ namespace batch_norm_edges
     inline constexpr double inf = std::numeric_limits<double>::infinity();
 
     /// Channel c of R = 2 * 3 * 4 elements: channel 1 gets one +Inf, channel 2 one -Inf,
-    /// channel 3 one of each, channel 4 a NaN; the others are finite.
+    /// channel 3 one of each, channel 4 a NaN; the others are finite. Where the dtype reaches
+    /// that far (not float16), channel 5 holds 3e38 in every element (its sum overflows float;
+    /// the mean is that value, the variance 0) and channel 6 holds +-1.5e19 alternately (the
+    /// sum of squared deviations overflows float; the mean is 0, the variance 1.5e19^2 =
+    /// 2.25e38, which fits): statistics are finite wherever the formula's are. C >= 7.
     inline void check_edges(const std::string& format, dtype dt, std::int64_t C, device dev)
     {
         const bool nhwc = format == "NHWC";
@@ -41,7 +45,16 @@ namespace batch_norm_edges
         xv[index(0, 3)] = inf;
         xv[index(23, 3)] = -inf;
         xv[index(9, 4)] = std::nan("");
+        const bool wide = dt != dtype::float16;
+        if (wide)
+            for (std::int64_t r = 0; r < R; ++r)
+            {
+                xv[index(r, 5)] = 3e38;
+                xv[index(r, 6)] = r % 2 ? -1.5e19 : 1.5e19;
+            }
         const tensor x = from_host(xv.data(), shape, dtype::float64).to(dt).to(dev);
+        // The values as the dtype holds them (bfloat16 rounds 3e38 and 1.5e19).
+        const std::vector<double> held = to_vector(x.to(dtype::float64));
 
         batch_norm_attrs attrs;
         attrs.data_format = format;
@@ -60,10 +73,23 @@ namespace batch_norm_edges
             CHECK(std::isnan(mean[4]));
             for (std::int64_t c = 1; c <= 4; ++c)
                 CHECK(std::isnan(var[c]));
-            for (std::int64_t c : {std::int64_t{0}, std::int64_t{5}, C - 1})
+            for (std::int64_t c : {std::int64_t{0}, std::int64_t{5}, std::int64_t{6}, C - 1})
             {
                 CHECK(std::isfinite(mean[c]));
                 CHECK(std::isfinite(var[c]));
+            }
+            if (wide)
+            {
+                const double big = held[index(0, 5)], b = held[index(0, 6)];
+                // A sum of R equal values errs by at most R u of it (u: the unit roundoff of
+                // the arithmetic, 2^-53 in double, float's 2^-24 bounds both), so the mean is
+                // within R u big and each deviation from it too: var <= (R u big)^2.
+                const double u = 0x1p-24, dev_max = static_cast<double>(R) * u * big;
+                CHECK(std::abs(mean[5] - big) <= dev_max);
+                CHECK(var[5] <= dev_max * dev_max);
+                // +-b cancel exactly in pairs; b^2 is rounded once to float: one rounding.
+                CHECK(std::abs(mean[6]) <= static_cast<double>(R) * u * b);
+                CHECK(std::abs(var[6] - b * b) <= 2 * u * b * b);
             }
         }
     }

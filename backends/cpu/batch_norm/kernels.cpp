@@ -131,6 +131,35 @@ namespace xgrad::cpu
             return numel * elem * tensors > resident_budget_bytes.load();
         }
 
+        /// Channel c's mean and biased variance computed again in double, element by element
+        /// (the reference's arithmetic): the fallback for a float channel whose statistics came
+        /// out infinite or NaN. Float partial sums overflow for finite data near the float
+        /// range (x ~ 3e38: sum(x) is inf though the mean is finite; x ~ 1.5e19: sum(d^2) is inf
+        /// though the variance fits); in double they cannot, and data holding +-Inf or NaN gives
+        /// the same non-finite result as before. Costs nothing for finite statistics.
+        template <class T, class S>
+        void moments_in_double(const geometry& geo, const T* x, std::int64_t c, S* mo, S* vo)
+        {
+            const double R = static_cast<double>(geo.outer * geo.inner);
+            const auto at = [&](std::int64_t o, std::int64_t i) {
+                return detail::widen<double>(x[o * geo.ostride + c * geo.inner + i]);
+            };
+            double sum = 0;
+            for (std::int64_t o = 0; o < geo.outer; ++o)
+                for (std::int64_t i = 0; i < geo.inner; ++i)
+                    sum += at(o, i);
+            const double m = sum / R;
+            double sq = 0;
+            for (std::int64_t o = 0; o < geo.outer; ++o)
+                for (std::int64_t i = 0; i < geo.inner; ++i)
+                {
+                    const double d = at(o, i) - m;
+                    sq += d * d;
+                }
+            mo[c] = static_cast<S>(m);
+            vo[c] = static_cast<S>(sq / R);
+        }
+
         /// mean and biased variance of the channels of geo, read through io (bn_moments).
         template <class T, class S>
         void moments_of(const geometry& geo, const operands<T, S>& io, S* mo, S* vo)
@@ -147,6 +176,9 @@ namespace xgrad::cpu
                 const double v = (sq - sd * sd / dR) / dR;
                 mo[c] = static_cast<S>(kernels::bn_refined_mean(static_cast<double>(m[c]), sd, dR));
                 vo[c] = static_cast<S>(v < 0 ? 0.0 : v); // NaN stays NaN
+                if constexpr (std::is_same_v<S, float>)
+                    if (!kernels::bn_is_finite(mo[c]) || !kernels::bn_is_finite(vo[c]))
+                        moments_in_double(geo, io.x, c, mo, vo);
             }
         }
 

@@ -38,7 +38,7 @@ TEST_CASE("cuda batch norm ops: a channel holding +-Inf has mean +-Inf (the cont
 {
     for (const char* format : {"NHWC", "NCHW"})
         for (const dtype dt : {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16})
-            for (const std::int64_t C : {std::int64_t{6}, std::int64_t{19}})
+            for (const std::int64_t C : {std::int64_t{8}, std::int64_t{19}})
             {
                 CAPTURE(std::string(format));
                 CAPTURE(dt);

@@ -20,7 +20,7 @@ TEST_CASE("batch-norm forward: a channel holding +-Inf has mean +-Inf, on every 
     for (const auto level : levels)
         for (const char* format : {"NHWC", "NCHW"})
             for (const dtype dt : {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16})
-                for (const std::int64_t C : {std::int64_t{6}, std::int64_t{19}})
+                for (const std::int64_t C : {std::int64_t{8}, std::int64_t{19}})
                 {
                     CAPTURE(cpu_kernels_test::level_name(level));
                     CAPTURE(std::string(format));
