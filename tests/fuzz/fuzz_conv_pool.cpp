@@ -95,21 +95,6 @@ namespace
         return a * b;
     }
 
-    template <class F>
-    tensor checked_op(const std::string& what, bool must_reject, const shape_type* expected, F&& op)
-    {
-        tensor out;
-        const bool ok = fuzz::attempt([&] { out = op(); });
-        if (must_reject && ok)
-            fuzz::fail(target, "accepted " + what + " (the contract says it is rejected), giving " +
-                                   fuzz::shape_string(out.shape()));
-        if (ok && expected != nullptr)
-            XGRAD_FUZZ_CHECK(target, out.shape() == *expected,
-                             what + " gave " + fuzz::shape_string(out.shape()) + ", expected " +
-                                 fuzz::shape_string(*expected));
-        return out;
-    }
-
     void backward_of(const tensor& y)
     {
         if (y.defined() && y.requires_grad() && y.numel() <= fuzz::max_elements)
@@ -171,8 +156,8 @@ namespace
                     expected = nhwc ? shape_type{static_cast<std::int64_t>(rows), static_cast<std::int64_t>(kk * c)}
                                     : shape_type{static_cast<std::int64_t>(kk * c), static_cast<std::int64_t>(rows)};
                 const double pad_value = in.real();
-                backward_of(checked_op("unfold2d " + what, p.reject, p.reject ? nullptr : &expected,
-                                       [&] { return unfold2d(x, w, format, pad_value); }));
+                backward_of(fuzz::checked_op(target, "unfold2d " + what, p.reject, p.reject ? nullptr : &expected,
+                                             [&] { return unfold2d(x, w, format, pad_value); }));
                 break;
             }
             case 2:
@@ -193,8 +178,8 @@ namespace
                 tensor cols = fuzz::make_tensor(in, cols_shape, dt);
                 if (grad)
                     cols.requires_grad_();
-                backward_of(
-                    checked_op("fold2d " + what, wrong, &x_shape, [&] { return fold2d(cols, x_shape, w, format); }));
+                backward_of(fuzz::checked_op(target, "fold2d " + what, wrong, &x_shape,
+                                             [&] { return fold2d(cols, x_shape, w, format); }));
                 break;
             }
             default:
@@ -229,10 +214,11 @@ namespace
                     expected = nhwc ? shape_type{n, oh, ow, o} : shape_type{n, o, oh, ow};
                 }
                 const std::string bias_text = bias.defined() ? fuzz::shape_string(bias.shape()) : "none";
-                backward_of(checked_op("conv2d " + what + " weight " + fuzz::shape_string(w_shape) + " bias " +
-                                           bias_text + " groups " + std::to_string(cp.groups),
-                                       reject, reject ? nullptr : &expected,
-                                       [&] { return conv2d(x, weight, bias, cp, format); }));
+                backward_of(fuzz::checked_op(target,
+                                             "conv2d " + what + " weight " + fuzz::shape_string(w_shape) + " bias " +
+                                                 bias_text + " groups " + std::to_string(cp.groups),
+                                             reject, reject ? nullptr : &expected,
+                                             [&] { return conv2d(x, weight, bias, cp, format); }));
                 break;
             }
             }
@@ -247,8 +233,9 @@ namespace
             if (!reject && !small(out_n))
                 return;
             shape_type expected = nhwc ? shape_type{n, os[0], os[1], c} : shape_type{n, c, os[0], os[1]};
-            backward_of(checked_op("adaptive_avg_pool2d " + pair(os) + " over x " + fuzz::shape_string(x_shape), reject,
-                                   reject ? nullptr : &expected, [&] { return adaptive_avg_pool2d(x, os, format); }));
+            backward_of(fuzz::checked_op(
+                target, "adaptive_avg_pool2d " + pair(os) + " over x " + fuzz::shape_string(x_shape), reject,
+                reject ? nullptr : &expected, [&] { return adaptive_avg_pool2d(x, os, format); }));
             return;
         }
 
@@ -273,8 +260,8 @@ namespace
         if (!p.reject && !small(cols))
             return;
         // Only the rejection is claimed: a window lying entirely in padding is rejected too.
-        tensor y = checked_op(what, p.reject, nullptr,
-                              [&] { return op == 4 ? max_pool2d(x, pp, format) : avg_pool2d(x, pp, format); });
+        tensor y = fuzz::checked_op(target, what, p.reject, nullptr,
+                                    [&] { return op == 4 ? max_pool2d(x, pp, format) : avg_pool2d(x, pp, format); });
         if (y.defined())
         {
             const auto oh = static_cast<std::int64_t>(p.out[0]), ow = static_cast<std::int64_t>(p.out[1]);

@@ -262,4 +262,21 @@ namespace xgrad::fuzz
     }
 
     inline std::string shape_string(const shape_type& s) { return shape_to_string(s); }
+
+    /// Runs `op` (returning a tensor): when `must_reject`, it must throw; otherwise, when it
+    /// succeeds, its result's shape must be `expected` (if given). Returns the result, or an
+    /// undefined tensor when it threw.
+    template <class F>
+    tensor checked_op(const char* target, const std::string& what, bool must_reject, const shape_type* expected, F&& op)
+    {
+        tensor out;
+        const bool ok = attempt([&] { out = op(); });
+        if (must_reject && ok)
+            fail(target,
+                 "accepted " + what + " (the contract says it is rejected), giving " + shape_string(out.shape()));
+        if (ok && expected != nullptr)
+            XGRAD_FUZZ_CHECK(target, out.shape() == *expected,
+                             what + " gave " + shape_string(out.shape()) + ", expected " + shape_string(*expected));
+        return ok ? out : tensor();
+    }
 }

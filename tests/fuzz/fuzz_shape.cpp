@@ -49,23 +49,6 @@ namespace
         return d < 0 ? d + rank : d;
     }
 
-    /// Runs `op`; when `must_reject`, it must throw; otherwise when it succeeds its result's
-    /// shape must be `expected` (if given). Returns the result (undefined when it threw).
-    template <class F>
-    tensor checked_op(const std::string& what, bool must_reject, const shape_type* expected, F&& op)
-    {
-        tensor out;
-        const bool ok = fuzz::attempt([&] { out = op(); });
-        if (must_reject && ok)
-            fuzz::fail(target, "accepted " + what + " (the contract says it is rejected), giving " +
-                                   fuzz::shape_string(out.shape()));
-        if (ok && expected != nullptr)
-            XGRAD_FUZZ_CHECK(target, out.shape() == *expected,
-                             what + " gave " + fuzz::shape_string(out.shape()) + ", expected " +
-                                 fuzz::shape_string(*expected));
-        return ok ? out : tensor();
-    }
-
     void step(fuzz_input& in, chain_state& s)
     {
         const tensor& t = s.t;
@@ -120,8 +103,8 @@ namespace
             // A non-contiguous input is copied: only when small.
             if (!reject && !t.is_contiguous() && t.numel() > fuzz::max_elements)
                 return;
-            out = checked_op(describe("reshape", t, list(to)), reject, reject ? nullptr : &expected,
-                             [&] { return reshape(t, to); });
+            out = fuzz::checked_op(target, describe("reshape", t, list(to)), reject, reject ? nullptr : &expected,
+                                   [&] { return reshape(t, to); });
             break;
         }
         case 1:
@@ -153,8 +136,8 @@ namespace
                     expected[i] = shape[static_cast<std::size_t>(d)];
                 }
             }
-            out = checked_op(describe("permute", t, list(dims)), reject, reject ? nullptr : &expected,
-                             [&] { return permute(t, dims); });
+            out = fuzz::checked_op(target, describe("permute", t, list(dims)), reject, reject ? nullptr : &expected,
+                                   [&] { return permute(t, dims); });
             break;
         }
         case 2:
@@ -165,8 +148,8 @@ namespace
             shape_type expected = shape;
             if (!reject)
                 std::swap(expected[static_cast<std::size_t>(a)], expected[static_cast<std::size_t>(b)]);
-            out = checked_op(describe("transpose", t, std::to_string(d0) + ", " + std::to_string(d1)), reject,
-                             reject ? nullptr : &expected, [&] { return transpose(t, d0, d1); });
+            out = fuzz::checked_op(target, describe("transpose", t, std::to_string(d0) + ", " + std::to_string(d1)),
+                                   reject, reject ? nullptr : &expected, [&] { return transpose(t, d0, d1); });
             break;
         }
         case 3:
@@ -188,10 +171,12 @@ namespace
                 expected[static_cast<std::size_t>(d)] = e > b ? static_cast<std::int64_t>((e - b + sstep - 1) / sstep)
                                                               : 0;
             }
-            out = checked_op(describe("slice", t,
-                                      "dim " + std::to_string(dim) + ", " + std::to_string(start) + ":" +
-                                          std::to_string(stop) + ":" + std::to_string(sstep)),
-                             reject, reject ? nullptr : &expected, [&] { return slice(t, dim, start, stop, sstep); });
+            out = fuzz::checked_op(target,
+                                   describe("slice", t,
+                                            "dim " + std::to_string(dim) + ", " + std::to_string(start) + ":" +
+                                                std::to_string(stop) + ":" + std::to_string(sstep)),
+                                   reject, reject ? nullptr : &expected,
+                                   [&] { return slice(t, dim, start, stop, sstep); });
             break;
         }
         case 4:
@@ -221,8 +206,8 @@ namespace
                 fuzz::attempt([&] { out = expand(t, to); });
                 break;
             }
-            out = checked_op(describe("expand", t, list(to)), reject, reject ? nullptr : &to,
-                             [&] { return expand(t, to); });
+            out = fuzz::checked_op(target, describe("expand", t, list(to)), reject, reject ? nullptr : &to,
+                                   [&] { return expand(t, to); });
             break;
         }
         case 5:
@@ -273,8 +258,8 @@ namespace
                 if (!fuzz::small_result(expected))
                     return;
             }
-            out = checked_op(describe("concat", t, "dim " + std::to_string(dim)), reject, reject ? nullptr : &expected,
-                             [&] { return concat(xs, dim); });
+            out = fuzz::checked_op(target, describe("concat", t, "dim " + std::to_string(dim)), reject,
+                                   reject ? nullptr : &expected, [&] { return concat(xs, dim); });
             break;
         }
         case 6:
@@ -307,8 +292,8 @@ namespace
             std::string args;
             for (const auto& w : widths)
                 args += "{" + std::to_string(w.first) + ", " + std::to_string(w.second) + "}";
-            out = checked_op(describe("pad", t, args), reject, reject ? nullptr : &expected,
-                             [&] { return pad(t, widths, in.real()); });
+            out = fuzz::checked_op(target, describe("pad", t, args), reject, reject ? nullptr : &expected,
+                                   [&] { return pad(t, widths, in.real()); });
             break;
         }
         case 7:
@@ -323,10 +308,11 @@ namespace
             if (n && *n > fuzz::max_elements)
                 return;
             const bool reject = !n || sstep < 1 || d < 0;
-            out = checked_op(describe("slice_backward", t,
-                                      fuzz::shape_string(big) + ", dim " + std::to_string(dim) + ", start " +
-                                          std::to_string(start) + ", step " + std::to_string(sstep)),
-                             reject, nullptr, [&] { return slice_backward(t, big, dim, start, sstep); });
+            out = fuzz::checked_op(target,
+                                   describe("slice_backward", t,
+                                            fuzz::shape_string(big) + ", dim " + std::to_string(dim) + ", start " +
+                                                std::to_string(start) + ", step " + std::to_string(sstep)),
+                                   reject, nullptr, [&] { return slice_backward(t, big, dim, start, sstep); });
             if (out.defined())
                 XGRAD_FUZZ_CHECK(target, out.shape() == big, "slice_backward shape");
             break;

@@ -25,6 +25,7 @@
 
 #include "data_test_helpers.hpp"
 #include "tests/support/check_error.hpp"
+#include "tests/support/gzip_file.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/errors.hpp"
 
@@ -66,37 +67,6 @@ namespace
     {
         std::ofstream out(path, std::ios::binary);
         out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-        REQUIRE(out.good());
-    }
-
-    /// A gzip file of `head` followed by `zeros` zero bytes, deflated a MiB at a time (so the
-    /// test never holds the inflated size), at level 9: 128 MiB of zeros take about 130 kB.
-    void put_gzip(const fs::path& path, const bytes_type& head, std::size_t zeros)
-    {
-        z_stream z{};
-        REQUIRE(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY) == Z_OK);
-        std::ofstream out(path, std::ios::binary);
-        bytes_type in = head, buf(1 << 20);
-        std::size_t left = zeros;
-        for (bool last = false; !last;)
-        {
-            const std::size_t more = std::min(left, std::size_t{1} << 20);
-            in.resize(in.size() + more, 0);
-            left -= more;
-            last = left == 0;
-            z.next_in = in.data();
-            z.avail_in = static_cast<uInt>(in.size());
-            do
-            {
-                z.next_out = buf.data();
-                z.avail_out = static_cast<uInt>(buf.size());
-                deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
-                out.write(reinterpret_cast<const char*>(buf.data()),
-                          static_cast<std::streamsize>(buf.size() - z.avail_out));
-            } while (z.avail_out == 0);
-            in.clear();
-        }
-        deflateEnd(&z);
         REQUIRE(out.good());
     }
 
@@ -176,7 +146,7 @@ TEST_CASE("IDX limits: a small .gz that inflates far past its header is refused 
     bytes_type head = header({1, 28, 28});
     head.resize(head.size() + 28 * 28, 7);
     const fs::path bomb = dir / "bomb-images-idx3-ubyte.gz";
-    put_gzip(bomb, head, std::size_t{128} << 20);
+    test_support::write_gzip(bomb, head, std::size_t{128} << 20);
     REQUIRE(fs::file_size(bomb) < (std::size_t{1} << 20));
 
     const child_result r = run_in_child([&] { read_idx(bomb, 3); });
@@ -214,7 +184,7 @@ TEST_CASE("IDX limits: a header announcing more or less than the file holds cost
     CHECK_MESSAGE(r.peak_growth_kb < few_mb_kb, "peak RSS grew by " << r.peak_growth_kb << " kB");
 
     // Gzip: the same announcement, with 1 MiB of data behind it; memory follows what inflates.
-    put_gzip(dir / "huge.idx.gz", header({1000000, 1000, 1000}), std::size_t{1} << 20);
+    test_support::write_gzip(dir / "huge.idx.gz", header({1000000, 1000, 1000}), std::size_t{1} << 20);
     r = run_in_child([&] { read_idx(dir / "huge.idx.gz", 3); });
     REQUIRE(r.finished);
     CHECK_MESSAGE(contains(r.message, "truncated IDX data"), r.message);

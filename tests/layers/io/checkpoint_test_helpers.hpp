@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -92,6 +93,21 @@ namespace checkpoint_test
         std::ofstream out(p, std::ios::binary | std::ios::trunc);
         out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
         REQUIRE(out);
+    }
+
+    /// The 8-byte little-endian length field of a safetensors file, written out byte by byte.
+    inline std::string length_field(std::uint64_t n)
+    {
+        std::string s;
+        for (int i = 0; i < 8; ++i)
+            s += static_cast<char>((n >> (8 * i)) & 0xff);
+        return s;
+    }
+
+    /// A safetensors file from a header text and data bytes (no padding added).
+    inline void write_raw(const fs::path& p, const std::string& header, const std::string& data)
+    {
+        write_bytes(p, length_field(header.size()) + header + data);
     }
 
     /// The tensor's elements, row-major, as raw bytes of its own dtype.

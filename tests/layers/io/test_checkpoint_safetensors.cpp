@@ -22,21 +22,6 @@ using namespace checkpoint_test;
 
 namespace
 {
-    /// The 8-byte little-endian length field, written out byte by byte.
-    std::string length_field(std::uint64_t n)
-    {
-        std::string s;
-        for (int i = 0; i < 8; ++i)
-            s += static_cast<char>((n >> (8 * i)) & 0xff);
-        return s;
-    }
-
-    /// A safetensors file from a header text and data bytes (no padding added).
-    void write_raw(const fs::path& p, const std::string& header, const std::string& data)
-    {
-        write_bytes(p, length_field(header.size()) + header + data);
-    }
-
     template <class T>
     tensor from_values(const std::vector<T>& values, const xgrad::shape_type& shape, dtype dt)
     {

@@ -30,19 +30,6 @@ using namespace checkpoint_test;
 
 namespace
 {
-    std::string length_field(std::uint64_t n)
-    {
-        std::string s;
-        for (int i = 0; i < 8; ++i)
-            s += static_cast<char>((n >> (8 * i)) & 0xff);
-        return s;
-    }
-
-    void write_raw(const fs::path& p, const std::string& header, const std::string& data)
-    {
-        write_bytes(p, length_field(header.size()) + header + data);
-    }
-
     /// A file of `size` bytes that starts with `head` and is zeros after it (sparse: the
     /// zeros take no disk space and writing them no memory).
     void write_sparse(const fs::path& p, const std::string& head, std::uint64_t size)

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/gzip_file.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/io/safetensors.hpp"
 
@@ -110,34 +111,6 @@ namespace
             l[i] = static_cast<std::uint8_t>(i % 10);
         write_idx(dir / (p + "-labels-idx1-ubyte.gz"), idx_array{{m}, l});
     }
-    /// A gzip file of `head` and then `zeros` zero bytes, deflated a MiB at a time.
-    void write_gzip(const fs::path& path, std::vector<std::uint8_t> head, std::size_t zeros)
-    {
-        z_stream z{};
-        REQUIRE(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY) == Z_OK);
-        std::ofstream out(path, std::ios::binary);
-        std::vector<std::uint8_t> in = std::move(head), buf(1 << 20);
-        for (bool last = false; !last;)
-        {
-            const std::size_t more = std::min(zeros, std::size_t{1} << 20);
-            in.resize(in.size() + more, 0);
-            zeros -= more;
-            last = zeros == 0;
-            z.next_in = in.data();
-            z.avail_in = static_cast<uInt>(in.size());
-            do
-            {
-                z.next_out = buf.data();
-                z.avail_out = static_cast<uInt>(buf.size());
-                deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
-                out.write(reinterpret_cast<const char*>(buf.data()),
-                          static_cast<std::streamsize>(buf.size() - z.avail_out));
-            } while (z.avail_out == 0);
-            in.clear();
-        }
-        deflateEnd(&z);
-        REQUIRE(out.good());
-    }
 }
 
 TEST_CASE("examples: a small .gz that inflates far past its header costs train_fashion_mnist no memory")
@@ -146,7 +119,7 @@ TEST_CASE("examples: a small .gz that inflates far past its header costs train_f
     // One 28x28 image announced, 128 MiB of zeros behind it, in a 130 kB file.
     std::vector<std::uint8_t> head = {0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 28, 0, 0, 0, 28};
     head.resize(head.size() + 28 * 28, 5);
-    write_gzip(dir / "train-images-idx3-ubyte.gz", head, std::size_t{128} << 20);
+    test_support::write_gzip(dir / "train-images-idx3-ubyte.gz", head, std::size_t{128} << 20);
     write_idx(dir / "train-labels-idx1-ubyte", idx_array{{1}, {3}});
     const run_result r = run(XGRAD_TRAIN_FASHION_MNIST,
                              {"--data-dir", dir.path.string(), "--out", (dir / "out").string()}, dir.path);
