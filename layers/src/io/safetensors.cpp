@@ -84,6 +84,12 @@ namespace xgrad::io
 
         std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
+        std::string hex_byte(unsigned char b)
+        {
+            const char* digits = "0123456789abcdef";
+            return std::string("0x") + digits[b >> 4] + digits[b & 15];
+        }
+
         // --- writing ----------------------------------------------------------------------
 
         // --- reading ----------------------------------------------------------------------
@@ -304,8 +310,27 @@ namespace xgrad::io
                 fail(path, "header length " + std::to_string(header_size) + " exceeds the limit of " +
                                std::to_string(max_header_bytes) + " bytes");
 
-            std::string text(static_cast<std::size_t>(header_size), '\0');
-            in.read_exact(text.data(), text.size(), "the header");
+            // The header is read a MiB at a time, each piece checked before the next is read:
+            // its first byte must open the JSON object, and JSON text holds no NUL byte. So a
+            // file whose length field is plausible but whose "header" is zeros or binary data
+            // (a sparse file, another format) costs a MiB, not the up to 100 MB the length
+            // field may announce; a real header is only as large as the file says it is.
+            std::string text;
+            constexpr std::size_t piece = std::size_t{1} << 20;
+            while (text.size() < header_size)
+            {
+                const std::size_t at = text.size();
+                const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece, header_size - at));
+                text.resize(at + n);
+                in.read_exact(text.data() + at, n, "the header");
+                if (at == 0 && text[0] != '{')
+                    fail(path, "not a safetensors file: its header does not start with '{' (found byte " +
+                                   hex_byte(static_cast<unsigned char>(text[0])) + ")");
+                const std::size_t nul = text.find('\0', at);
+                if (nul != std::string::npos)
+                    fail(path, "not a safetensors file: byte " + std::to_string(nul) + " of its " +
+                                   std::to_string(header_size) + "-byte header is 0x00 (a JSON header holds none)");
+            }
             const std::uint64_t data_size = size - 8 - header_size;
 
             json header;
@@ -313,7 +338,7 @@ namespace xgrad::io
             {
                 header = json::parse(text.begin(), text.end(), duplicate_key_check(path));
             }
-            catch (const json::parse_error& e)
+            catch (const json::exception& e) // syntax errors, and numbers beyond any C++ type
             {
                 fail(path, std::string("header is not valid JSON: ") + e.what());
             }

@@ -87,6 +87,48 @@ TEST_CASE("safetensors: a file whose first 8 bytes are no plausible header lengt
     CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "not a safetensors file", "header length of 0");
 }
 
+TEST_CASE("safetensors: a header that is not a JSON object is refused as soon as its first bytes are read")
+{
+    scratch_dir dir;
+    const fs::path file = dir / "bad.safetensors";
+    // A plausible length (80 MB, under the 100 MB limit, inside the file) over sparse zeros:
+    // refused at the first piece of the header, never allocating the 80 MB.
+    const std::uint64_t announced = 80'000'000;
+    write_sparse(file, length_field(announced), announced + 8);
+    const auto r = child_test::run_in_child(
+        [&] {
+            return peak_growth_kb([&] {
+                try
+                {
+                    xgrad::io::load_safetensors(file);
+                }
+                catch (const xgrad::io::format_error& e)
+                {
+                    return std::string(e.what());
+                }
+                return std::string("loaded");
+            });
+        },
+        60);
+    INFO(child_test::describe(r));
+    REQUIRE(r.exited);
+    if (r.report != "unsupported")
+    {
+        const auto space = r.report.find(' ');
+        REQUIRE(space != std::string::npos);
+        CHECK(std::stol(r.report.substr(0, space)) < 4096);
+        CHECK(r.report.find("not a safetensors file: its header does not start with '{' (found byte 0x00)") !=
+              std::string::npos);
+    }
+    // A NUL after an opening brace, at its offset.
+    write_raw(file, std::string("{\"a\":") + '\0' + "1}", "");
+    CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "not a safetensors file",
+                       "byte 5 of its 8-byte header is 0x00");
+    // A number no C++ type holds is invalid JSON here, not an escaping json exception.
+    write_raw(file, R"({"__metadata__": {"n": 1e99999}})", "");
+    CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "header is not valid JSON", "number overflow");
+}
+
 TEST_CASE("safetensors: a header with a key twice is refused, naming the key")
 {
     scratch_dir dir;

@@ -14,7 +14,8 @@
 // data region exactly. Headers above 100 MB are refused as corrupt.
 //
 // Reading validates before it allocates: the header length is checked against the file's size
-// and the bound, then exactly the header is read and validated as a whole, and only then is
+// and the bound, then exactly the header is read (a MiB at a time, refusing a first byte other
+// than '{' or a NUL byte as soon as it is read) and validated as a whole, and only then is
 // the data read, straight into the new tensors. A load's peak memory is the tensors' size
 // plus the header's (a few kB for real files), never a copy of the file. Only regular files
 // are read: a FIFO, a directory or a device is refused when opened, without blocking.
@@ -27,7 +28,8 @@
 // Errors: xgrad::io::format_error (a std::runtime_error) whose message is "<path>: <what>",
 // naming the tensor and the field where there is one: cannot open/write/rename, not a regular
 // file, file shorter than 8 bytes, "not a safetensors file" (a header length beyond the file
-// or below the 2 bytes of "{}"), a header length above the bound, header not valid JSON or not
+// or below the 2 bytes of "{}", a header not starting with '{' or holding a NUL byte), a
+// header length above the bound, header not valid JSON (numbers beyond any C++ type too) or not
 // an object, a key twice in one object ("duplicate key 'w'", naming the entry it is in),
 // a tensor entry missing a field or with a field of the wrong type, unknown dtype, negative
 // extent, too many elements, data_offsets outside the data or not matching shape x dtype size,
