@@ -148,19 +148,20 @@ namespace xgrad::cuda
             }
         };
 
-        /// out = value for every output (empty reductions).
+        /// out = value for every output (empty reductions). Indexes the output only: x is
+        /// empty and never read, and its offsets need not fit int64.
         template <class T>
         struct identity_kernel
         {
             T* out;
-            nd_index<2> kept;
+            nd_index<1> kept;
             T value;
 
             XGRAD_HOST_DEVICE void operator()(std::int64_t k) const
             {
-                std::int64_t ko[2];
+                std::int64_t ko[1];
                 kept.offsets(k, ko);
-                out[ko[1]] = value;
+                out[ko[0]] = value;
             }
         };
 
@@ -177,7 +178,8 @@ namespace xgrad::cuda
             if (r_total == 0)
             {
                 const T identity = op == reduce_op::sum ? T(0) : -std::numeric_limits<T>::infinity();
-                detail::for_each_index(k_total, identity_kernel<T>{out, kept, identity});
+                const auto out_index = detail::make_nd_index<1>(n_keep, shape, {out_strides});
+                detail::for_each_index(k_total, identity_kernel<T>{out, out_index, identity});
                 return;
             }
             const std::int64_t lanes = lanes_for(k_total, r_total);

@@ -223,7 +223,9 @@ namespace xgrad
             impl->m_storage = x.impl()->m_storage;
             impl->m_shape = shape;
             impl->m_strides = strides;
-            impl->m_offset = offset;
+            // An empty view addresses no element: its offset is 0, so that data_ptr never scales
+            // an offset that a view op computed from the huge extents an empty tensor may have.
+            impl->m_offset = numel_of(shape) == 0 ? 0 : offset;
             impl->m_dtype = x.dtype();
             return tensor(std::move(impl));
         }

@@ -109,10 +109,13 @@ namespace xgrad::cpu
             const std::int64_t k_total = kept.numel, r_total = red.numel;
             if (r_total == 0)
             {
+                // Nothing of x is read, so its offsets are not formed: an empty x may have
+                // strides whose products over the kept extents do not fit int64.
+                const auto out_space = make_space<1>(n_keep, shape, {out_strides});
                 const T identity = op == reduce_op::sum ? T(0) : -std::numeric_limits<T>::infinity();
-                for_each_run(kept, 0, k_total, [&](const auto& off, const auto& st, std::int64_t n) {
+                for_each_run(out_space, 0, k_total, [&](const auto& off, const auto& st, std::int64_t n) {
                     for (std::int64_t j = 0; j < n; ++j)
-                        out[off[1] + j * st[1]] = identity;
+                        out[off[0] + j * st[0]] = identity;
                 });
                 return;
             }

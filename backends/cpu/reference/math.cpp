@@ -5,6 +5,7 @@
 // std:: math functions, sums accumulated left to right in the dtype itself (float for
 // float32), matmul as the triple loop. Nothing here is clever, so that the result of each
 // element is obvious from the contract.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -125,9 +126,16 @@ namespace xgrad::cpu::reference
             using T = decltype(tag);
             T* o = static_cast<T*>(out);
             const T* in = static_cast<const T*>(x);
+            // sum of nothing is 0; max of nothing (rejected by the ops layer) is -inf.
+            const T identity = op == reduce_op::sum ? T(0) : -std::numeric_limits<T>::infinity();
+            if (std::any_of(shape + n_keep, shape + ndim, [](std::int64_t e) { return e == 0; }))
+            {
+                // x is empty and never read: its offsets (which need not fit int64) are not formed.
+                for_each_index<1>(n_keep, shape, {out_strides}, [&](const auto& kept) { o[kept[0]] = identity; });
+                return;
+            }
             for_each_index<2>(n_keep, shape, {out_strides, x_strides}, [&](const auto& kept) {
-                // sum of nothing is 0; max of nothing (rejected by the ops layer) is -inf.
-                T acc = op == reduce_op::sum ? T(0) : -std::numeric_limits<T>::infinity();
+                T acc = identity;
                 bool first = true;
                 for_each_index<1>(ndim - n_keep, shape + n_keep, {x_strides + n_keep}, [&](const auto& red) {
                     const T v = in[kept[1] + red[0]];

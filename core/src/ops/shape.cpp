@@ -148,7 +148,14 @@ namespace xgrad
             strides_type strides = x.strides();
             const auto d = static_cast<std::size_t>(r.dim);
             shape[d] = r.count;
-            const std::int64_t offset = x.offset() + (r.count > 0 ? r.start * strides[d] : 0);
+            // An empty result addresses nothing (its strides and offset are never used, and
+            // for an empty x with huge extents start * stride need not fit int64).
+            if (numel_of(shape) == 0)
+                return detail::alias(x, shape, strides, 0);
+            // A nonempty view addresses elements of x's storage, so these products fit; they are
+            // checked all the same.
+            const std::int64_t offset = checked_add(
+                x.offset(), checked_mul(r.start, strides[d], "slice: the start times the stride"), "slice: the offset");
             if (r.count > 1) // a stride along an extent-1 dimension is never used
                 strides[d] = checked_mul(strides[d], r.step,
                                          "slice: the stride of the sliced dimension times the step");
