@@ -18,6 +18,7 @@
 
 #include "data_test_helpers.hpp"
 #include "tests/support/check_error.hpp"
+#include "tests/support/scratch_folder.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -29,24 +30,11 @@ using namespace data_test;
 
 namespace
 {
-    /// A fresh folder under the system's temporary directory, removed with its contents.
-    struct temp_folder
+    /// A fresh temporary folder (tests/support/scratch_folder.hpp) that also keeps the text of
+    /// the paths it hands out.
+    struct temp_folder : test_support::scratch_folder
     {
-        fs::path path;
-        temp_folder()
-        {
-            static std::atomic<int> counter{0};
-            std::random_device rd;
-            path = fs::temp_directory_path() /
-                   ("xgrad_test_data_" + std::to_string(rd()) + "_" + std::to_string(counter.fetch_add(1)));
-            fs::create_directories(path);
-        }
-        ~temp_folder()
-        {
-            std::error_code ec;
-            fs::remove_all(path, ec);
-        }
-        fs::path operator/(const std::string& name) const { return path / name; }
+        temp_folder() : test_support::scratch_folder("xgrad_test_data_") {}
         /// The full path of `name` as text that lives as long as the folder (for CHECK_ERROR).
         const char* text(const std::string& name = "")
         {

@@ -26,6 +26,7 @@
 #include "data_test_helpers.hpp"
 #include "tests/support/check_error.hpp"
 #include "tests/support/gzip_file.hpp"
+#include "tests/support/scratch_folder.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/errors.hpp"
 
@@ -35,23 +36,10 @@ using data_test::bytes_type;
 
 namespace
 {
-    struct scratch_folder
+    /// A fresh temporary folder for one test case.
+    struct scratch_folder : test_support::scratch_folder
     {
-        fs::path path;
-        scratch_folder()
-        {
-            static std::atomic<int> counter{0};
-            std::random_device rd;
-            path = fs::temp_directory_path() /
-                   ("xgrad_test_idx_limits_" + std::to_string(rd()) + "_" + std::to_string(counter.fetch_add(1)));
-            fs::create_directories(path);
-        }
-        ~scratch_folder()
-        {
-            std::error_code ec;
-            fs::remove_all(path, ec);
-        }
-        fs::path operator/(const std::string& name) const { return path / name; }
+        scratch_folder() : test_support::scratch_folder("xgrad_test_idx_limits_") {}
     };
 
     bytes_type header(const std::vector<std::uint32_t>& extents)

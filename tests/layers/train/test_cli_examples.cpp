@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/support/gzip_file.hpp"
+#include "tests/support/scratch_folder.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/io/safetensors.hpp"
 
@@ -32,23 +33,10 @@ using xgrad::data::write_idx;
 
 namespace
 {
-    struct scratch_folder
+    /// A fresh temporary folder for one test case.
+    struct scratch_folder : test_support::scratch_folder
     {
-        fs::path path;
-        scratch_folder()
-        {
-            static std::atomic<int> counter{0};
-            std::random_device rd;
-            path = fs::temp_directory_path() /
-                   ("xgrad_test_cli_" + std::to_string(rd()) + "_" + std::to_string(counter.fetch_add(1)));
-            fs::create_directories(path);
-        }
-        ~scratch_folder()
-        {
-            std::error_code ec;
-            fs::remove_all(path, ec);
-        }
-        fs::path operator/(const std::string& name) const { return path / name; }
+        scratch_folder() : test_support::scratch_folder("xgrad_test_cli_") {}
     };
 
     struct run_result
