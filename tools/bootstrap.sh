@@ -64,12 +64,14 @@ step "Checking Debian packages"
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "dpkg-query not found (not a Debian-based system?): skipping the package check."
   echo "Needed: CMake >= 3.20, a C++17 compiler, make or ninja, xtensor, xtl, xsimd, doctest,"
-  echo "zlib, OpenBLAS, nlohmann-json and pkg-config, and the Fashion-MNIST files (IDX, gzip) in"
+  echo "zlib, OpenBLAS, nlohmann-json, pkg-config, optionally Open MPI, and the Fashion-MNIST files (IDX, gzip) in"
   echo "/usr/share/datasets/fashion-mnist or a folder given to the example with --data-dir."
   echo "The test mode also needs clang-format (version 14) for its format check."
 else
   packages=(cmake g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
-            nlohmann-json3-dev pkg-config dataset-fashion-mnist)
+            nlohmann-json3-dev pkg-config dataset-fashion-mnist
+            # MPI for data-parallel training (xgrad::distributed, mpirun): library and launcher.
+            libopenmpi-dev openmpi-bin)
   # Thrust and CUB for the CUDA backend's OpenMP test build, when no CUDA toolkit brings them.
   if [[ $mode == test && ! -f /usr/local/cuda/include/cccl/thrust/version.h ]]; then
     packages+=(libthrust-dev libcub-dev)
@@ -178,7 +180,7 @@ else
     fuzz_dir=${FUZZ_BUILD_DIR:-build-fuzz}
     fuzz_seconds=${XGRAD_FUZZ_SECONDS:-60}
     fuzz_args=(-S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXGRAD_BUILD_FUZZ=ON -DXGRAD_BUILD_TESTS=OFF
-               -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_USE_CUDA=OFF -DXGRAD_SHARED=OFF -DXGRAD_WERROR=ON)
+               -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_USE_CUDA=OFF -DXGRAD_USE_MPI=OFF -DXGRAD_SHARED=OFF -DXGRAD_WERROR=ON)
     if [[ ! -f "$fuzz_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
       fuzz_args+=(-G Ninja)
     fi

@@ -1,0 +1,56 @@
+#pragma once
+// Batch normalisation with statistics over every rank of a process group
+// (layers/src/distributed/sync_batch_norm.cpp): the op behind nn::sync_batch_norm2d.
+//
+// Forward (training): each rank computes, per channel, its count n_r, mean m_r and sum of
+// squared deviations M2_r over its x (two passes); one all_gather of the [2C + 1] values gives
+// every rank all of them, merged in rank order with Chan's formula (exact, unlike Σx² - n m²):
+//   n = n_a + n_b, δ = m_b - m_a, m = m_a + δ n_b / n, M2 = M2_a + M2_b + δ² n_a n_b / n.
+// Every rank normalises with the same global mean m and biased variance v = M2 / n:
+//   y = (x - m) / sqrt(v + eps) * scale + offset,
+// the values xgrad::fused_batch_norm gives for the whole batch. A rank with an empty x takes
+// part (n_r = 0) and gets an empty y.
+//
+// Backward: batch_norm_grad_reduce on the local dy and x, one all-reduce of the 2·C sums,
+// batch_norm_grad_apply with the global sums and count: x's gradient is that of the sum of
+// every rank's loss. scale's and offset's gradients are the local ones (Σ over this rank's
+// elements), which distributed_data_parallel then averages with the others', like every other
+// parameter gradient. With K ranks of equal batches and each rank's loss the mean over its
+// batch, the parameters' averaged gradients equal those of one process on the whole batch.
+//
+// Second order: the backward run with create_graph is the composite formula written with
+// xgrad's ops and functional::all_reduce (whose gradient is an all-reduce), so gradients of
+// every order are correct; every rank must take part in each backward.
+//
+// dtypes and layouts: those of xgrad::fused_batch_norm (x float16, bfloat16, float32 with
+// float32 per-channel tensors, or float64 throughout; NCHW, NHWC, NCDHW, NDHWC). Errors:
+// those of fused_batch_norm, plus ranks that disagree on C or dtypes (xgrad::invalid_argument
+// on every rank), and a global count of at most one value per channel.
+#include "xgrad/distributed/comm.hpp"
+#include "xgrad/ops/batch_norm.hpp"
+#include "xgrad/tensor.hpp"
+
+namespace xgrad::distributed
+{
+    struct sync_batch_norm_result
+    {
+        tensor y;
+        /// The global batch mean and biased variance, [C] (not differentiable).
+        tensor mean, variance;
+        /// Values per channel over every rank.
+        std::int64_t count = 0;
+    };
+
+    /// Training-mode batch norm of x with the group's global statistics (attrs.is_training must
+    /// be true; attrs.exponential_avg_factor is not used: running statistics are the caller's).
+    /// y is differentiable w.r.t. x, scale and offset.
+    sync_batch_norm_result sync_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
+                                           const batch_norm_attrs& attrs,
+                                           const process_group& group = process_group::world());
+
+    /// The composite formula of sync_batch_norm's y, written with differentiable ops and
+    /// functional::all_reduce: the oracle of the fused op's gradients (and its second order).
+    tensor sync_batch_norm_composite(const tensor& x, const tensor& scale, const tensor& offset,
+                                     const batch_norm_attrs& attrs,
+                                     const process_group& group = process_group::world());
+}
