@@ -14,6 +14,11 @@
 // the slot's place and rethrown by every next() until the next start_epoch. The destructor
 // sets a stop flag and joins: the worker finishes at most the batch in hand and exits.
 //
+// Sharding. A step's global batch is the slice [k*K*B, (k+1)*K*B) of the shared order and a
+// rank's batch the part [r*B, (r+1)*B) of that slice, clipped: each rank computes its own
+// range from (k, r) alone, so no communication is needed and every rank produces a (possibly
+// empty) batch for each of the same number of steps.
+//
 // Without prefetch, next() builds the batch on the calling thread with the same function,
 // so both modes give the same tensors and the same errors.
 #include "xgrad/data/loader.hpp"
@@ -77,6 +82,7 @@ namespace xgrad::data
         std::shared_ptr<const image_dataset> m_dataset;
         loader_options m_options;
         std::int64_t m_batches = 0;
+        std::int64_t m_global = 0; // num_replicas * batch_size: a step's global batch
         std::int64_t m_pixels = 0; // rows * cols
         // One of these holds the value table for m_options.dtype.
         std::vector<float> m_table_f32;
@@ -108,8 +114,13 @@ namespace xgrad::data
     {
         const image_dataset& ds = *m_dataset;
         const std::int64_t b = m_options.batch_size;
-        const std::int64_t first = k * b;
-        const std::int64_t count = std::min(b, static_cast<std::int64_t>(order.size()) - first);
+        const auto n = static_cast<std::int64_t>(order.size());
+        // k < m_batches = ceil(n / m_global) or less, so k * m_global < n: no overflow. The
+        // rank's offset in the global batch, rank * B < m_global (checked by the constructor),
+        // is clipped to the examples left, which leaves an empty batch for a rank past them.
+        const std::int64_t global_first = k * m_global;
+        const std::int64_t first = global_first + std::min(m_options.rank * b, n - global_first);
+        const std::int64_t count = std::max<std::int64_t>(0, std::min(b, n - first));
         const dtype dt = m_options.dtype;
 
         batch out;
@@ -195,6 +206,13 @@ namespace xgrad::data
             reject("mean must be finite, got " + std::to_string(options.mean));
         if (options.data_format != "NCHW" && options.data_format != "NHWC")
             reject("data_format must be \"NCHW\" or \"NHWC\", got \"" + options.data_format + "\"");
+        if (options.num_replicas < 1)
+            reject("num_replicas must be >= 1, got " + std::to_string(options.num_replicas));
+        if (options.rank < 0 || options.rank >= options.num_replicas)
+            reject("rank must be in [0, num_replicas) = [0, " + std::to_string(options.num_replicas) + "), got " +
+                   std::to_string(options.rank));
+        const std::int64_t global = checked_mul(options.num_replicas, options.batch_size,
+                                                "data_loader: num_replicas * batch_size");
         if (!is_floating(options.dtype))
             reject("dtype must be floating (float32, float64, float16 or bfloat16), got " +
                    std::string(name(options.dtype)));
@@ -216,9 +234,10 @@ namespace xgrad::data
         m.m_dataset = std::move(dataset);
         m.m_options = options;
         m.m_pixels = pixels;
+        m.m_global = global;
         const std::int64_t n = m.m_dataset->size;
-        // n / b rounded up without forming n + b - 1, which overflows for a batch size near INT64_MAX.
-        m.m_batches = n / options.batch_size + (!options.drop_last && n % options.batch_size != 0 ? 1 : 0);
+        // n / g rounded up without forming n + g - 1, which overflows for a batch size near INT64_MAX.
+        m.m_batches = n / global + (!options.drop_last && n % global != 0 ? 1 : 0);
         switch (options.dtype)
         {
         case dtype::float32:
@@ -314,6 +333,15 @@ namespace xgrad::data
     }
 
     std::int64_t data_loader::batches_per_epoch() const noexcept { return m_impl->m_batches; }
+    std::int64_t data_loader::global_batch_size(std::int64_t step) const
+    {
+        const impl& m = *m_impl;
+        if (step < 0 || step >= m.m_batches)
+            reject("global_batch_size: step must be in [0, batches_per_epoch()) = [0, " + std::to_string(m.m_batches) +
+                   "), got " + std::to_string(step));
+        return std::min(m.m_global, m.m_dataset->size - step * m.m_global);
+    }
+
     std::int64_t data_loader::size() const noexcept { return m_impl->m_dataset->size; }
     const image_dataset& data_loader::dataset() const noexcept { return *m_impl->m_dataset; }
     const loader_options& data_loader::options() const noexcept { return m_impl->m_options; }

@@ -11,6 +11,17 @@
 // last batch of an epoch is smaller unless drop_last (which leaves its examples out). With
 // prefetch on or off the batches are identical; prefetching keeps one batch ready ahead.
 //
+// Sharding (data-parallel training, K = num_replicas processes, this one `rank`): every rank
+// builds the same one-process order (same seed, same epoch); step j's global batch is
+// order[j*K*B, (j+1)*K*B) with B = batch_size, and rank r takes its elements [r*B, (r+1)*B),
+// clipped to the global batch. So the concatenation over r = 0..K-1 of the ranks' batch j is
+// the batch j of a one-process loader with batch size K*B, and the last step's batch may be
+// smaller, or EMPTY ([0, 1, rows, cols]), on some ranks. batches_per_epoch() is the same on
+// every rank (ceil(size / (K*B)), floor with drop_last, which drops an incomplete global
+// batch), and next() returns a batch, possibly empty, for every step on every rank, so ranks
+// stay in step without communicating. global_batch_size(j) is the number of examples of step j
+// over all ranks (what a data-parallel loss is scaled by). K = 1 is the one-process loader.
+//
 // A loader is driven by one thread at a time (start_epoch, next); the background thread is
 // internal. Batches are new tensors that outlive the loader.
 #include <cstdint>
@@ -37,13 +48,17 @@ namespace xgrad::data
         xgrad::dtype dtype = xgrad::dtype::float32;
         /// Prepare the next batch on a background thread.
         bool prefetch = true;
+        /// Sharding (see above): the number of processes sharing each step's global batch of
+        /// num_replicas * batch_size examples, and which share this loader yields.
+        std::int64_t num_replicas = 1;
+        std::int64_t rank = 0;
     };
 
     struct batch
     {
         tensor images;
         tensor labels;
-        std::int64_t index = 0; // batch number within the epoch
+        std::int64_t index = 0; // batch number within the epoch (the step)
     };
 
     class data_loader
@@ -52,7 +67,9 @@ namespace xgrad::data
         /// The dataset is shared, not copied, and must not change while the loader exists.
         /// Throws xgrad::invalid_argument for a null dataset, one whose images / labels do not
         /// hold size * rows * cols / size bytes, batch_size < 1, std not finite and > 0, mean
-        /// not finite, a data_format other than "NCHW" and "NHWC", or a non-floating dtype.
+        /// not finite, a data_format other than "NCHW" and "NHWC", a non-floating dtype,
+        /// num_replicas < 1, rank outside [0, num_replicas), or num_replicas * batch_size
+        /// overflowing int64.
         /// With prefetch, starts the background thread; the destructor stops and joins it,
         /// also in the middle of an epoch.
         data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options);
@@ -69,8 +86,14 @@ namespace xgrad::data
         /// classes (checked as batches are made, naming the example), std::bad_alloc. Throws
         /// std::logic_error when no epoch was started.
         std::optional<batch> next();
-        /// Batches per epoch: ceil(size / batch_size), or floor with drop_last.
+        /// Batches (steps) per epoch: ceil(size / (num_replicas * batch_size)), or floor with
+        /// drop_last; the same on every rank.
         std::int64_t batches_per_epoch() const noexcept;
+        /// Examples in step `step`'s global batch, summed over the ranks: num_replicas *
+        /// batch_size except for a smaller last step (without drop_last). Throws
+        /// xgrad::invalid_argument for a step outside [0, batches_per_epoch()).
+        std::int64_t global_batch_size(std::int64_t step) const;
+        /// Examples in the whole dataset (not this rank's share).
         std::int64_t size() const noexcept;
         /// The dataset the loader reads (shared, unchanged while the loader exists).
         const image_dataset& dataset() const noexcept;
