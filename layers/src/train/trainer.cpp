@@ -1,4 +1,19 @@
 // The classifier training loop (see xgrad/train/trainer.hpp).
+//
+// Data-parallel steps. Each rank's loss is its batch's mean loss times n_r * K / N: the sum of
+// its example losses over the global batch's N, times K because synchronize() averages the
+// ranks' gradients (a mean over K) where the global batch's mean loss needs their sum. N comes
+// from the sampler, so the scaling costs no communication. A rank with an empty batch still
+// runs forward (the model may hold collectives, sync batch norm) and backward, with the zero
+// loss sum(logits) * 0: every parameter then gets a zero gradient through the same graph, and
+// no 0 / 0 of an empty mean appears.
+//
+// Data-parallel metrics. The per-step figures stay local (the progress bar shows rank 0's
+// running loss, but the global image count, which every rank knows from the sampler); the
+// epoch's tallies are summed once, after the epoch, in float64 (counts below 2^53 are exact).
+// The test set is split into K contiguous shards made once at construction, so each rank
+// evaluates about 1/K of it with the model in eval mode, which communicates nothing, however
+// many batches its shard has.
 #include "xgrad/train/trainer.hpp"
 
 #include <cmath>
@@ -9,8 +24,12 @@
 #include <utility>
 
 #include "xgrad/checked.hpp"
+#include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/errors.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/loss.hpp"
+#include "xgrad/ops/reduce.hpp"
 #include "xgrad/train/checkpoints.hpp"
 #include "xgrad/train/evaluate.hpp"
 #include "xgrad/train/progress.hpp"
@@ -24,6 +43,33 @@ namespace xgrad::train
             std::ostringstream s;
             s << std::fixed << std::setprecision(digits) << v;
             return s.str();
+        }
+
+        /// Rank r's contiguous share of `data`: examples [r * n / K, (r + 1) * n / K), formed
+        /// as r * (n / K) + min(r, n % K) so that nothing overflows.
+        std::shared_ptr<const data::image_dataset> test_shard(const data::image_dataset& data, int rank, int ranks)
+        {
+            const std::int64_t n = data.size, k = ranks, base = n / k, extra = n % k;
+            const auto first_of = [&](std::int64_t r) { return r * base + std::min(r, extra); };
+            const std::int64_t first = first_of(rank), count = first_of(rank + 1) - first;
+            const std::int64_t pixels = data.rows * data.cols; // checked by the data's own loader
+            auto shard = std::make_shared<data::image_dataset>();
+            shard->size = count;
+            shard->rows = data.rows;
+            shard->cols = data.cols;
+            shard->classes = data.classes;
+            shard->images.assign(data.images.begin() + first * pixels, data.images.begin() + (first + count) * pixels);
+            shard->labels.assign(data.labels.begin() + first, data.labels.begin() + first + count);
+            return shard;
+        }
+
+        /// values summed (op sum) or maximised over the group, in place; float64.
+        void reduce_values(std::vector<double>& values, distributed::reduce_op op,
+                           const distributed::process_group& group)
+        {
+            const tensor t = from_host(values.data(), {static_cast<std::int64_t>(values.size())}, dtype::float64);
+            distributed::all_reduce(t, op, group);
+            to_host(t, values.data(), dtype::float64);
         }
     }
 
@@ -62,6 +108,30 @@ namespace xgrad::train
                                               std::to_string(train.rows) + "x" + std::to_string(train.cols) +
                                               " (rows x cols): the model takes one size");
         }
+        const data::loader_options& lo = m_loader.options();
+        if (distributed::distributed_data_parallel* ddp = m_options.data_parallel)
+        {
+            if (&ddp->module() != &m_model)
+                throw xgrad::invalid_argument("trainer: data_parallel must wrap the trainer's model (data_parallel's "
+                                              "module is another object)");
+            const distributed::process_group& group = ddp->group();
+            if (lo.num_replicas != group.size() || lo.rank != group.rank())
+                throw xgrad::invalid_argument("trainer: the training loader is sharded as rank " +
+                                              std::to_string(lo.rank) + " of " + std::to_string(lo.num_replicas) +
+                                              ", the data-parallel group is rank " + std::to_string(group.rank()) +
+                                              " of " + std::to_string(group.size()) +
+                                              ": set loader_options::rank and num_replicas to the group's");
+            m_writer = group.rank() == 0;
+            if (m_options.test_data)
+                m_test = test_shard(*m_options.test_data, group.rank(), group.size());
+        }
+        else if (lo.num_replicas != 1)
+            throw xgrad::invalid_argument("trainer: the training loader is sharded over " +
+                                          std::to_string(lo.num_replicas) +
+                                          " replicas, but data_parallel is not set (one process trains on all "
+                                          "the data: num_replicas must be 1)");
+        if (!m_test)
+            m_test = m_options.test_data;
     }
 
     io::checkpoint_info trainer::resume(const std::filesystem::path& checkpoint)
@@ -69,6 +139,10 @@ namespace xgrad::train
         // The metadata is checked before the state is loaded (load_checkpoint changes nothing
         // when it throws, but a compatible-looking file of another run must not be loaded).
         // Only the header is read here: the tensors are read once, by load_checkpoint.
+        // Data-parallel: every rank reads the same file, once rank 0 (which writes the files)
+        // has arrived here, so none reads a file it is still writing.
+        if (m_options.data_parallel)
+            distributed::barrier(m_options.data_parallel->group());
         check_resume_compatible(checkpoint, io::read_safetensors_metadata(checkpoint), m_options.run_metadata);
         std::vector<epoch_metrics> earlier;
         if (!m_options.out.empty() && std::filesystem::exists(m_options.out / "metrics.csv"))
@@ -89,67 +163,122 @@ namespace xgrad::train
 
     epoch_metrics trainer::train_epoch(size_type epoch, size_type& images)
     {
+        distributed::distributed_data_parallel* const ddp = m_options.data_parallel;
         const size_type steps = m_loader.batches_per_epoch();
+        const double replicas = ddp ? static_cast<double>(ddp->group().size()) : 1.0;
         m_model.train();
         m_loader.start_epoch(epoch);
         std::ostream discard(nullptr); // without a log the bar draws into nothing
-        std::ostream& log = m_options.log ? *m_options.log : discard;
+        std::ostream& out = log() ? *log() : discard;
         progress_bar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(m_options.epochs),
-                         static_cast<std::size_t>(steps), log, m_options.log_is_terminal);
+                         static_cast<std::size_t>(steps), out, m_options.log_is_terminal);
         double loss_sum = 0;
         // The class count is the logits' width, known from the first batch (a tally of 1 class
         // stands in until then; add() names logits that are not [batch, classes]).
         classifier_tally tally(1);
         bool tally_sized = false;
-        size_type seen = 0, done = 0;
+        size_type seen = 0, seen_global = 0, done = 0;
         while (auto b = m_loader.next())
         {
             if (m_options.schedule)
                 m_optimizer.set_lr(m_options.schedule->lr_at(
                     m_options.schedule_by == schedule_unit::step ? epoch * steps + b->index : epoch));
-            const tensor labels = b->labels.to(m_options.device);
-            const tensor logits = m_model.forward(b->images.to(m_options.device));
-            const tensor loss = m_options.loss ? m_options.loss(logits, labels) : cross_entropy(logits, labels);
-            m_optimizer.zero_grad();
-            loss.backward();
-            m_optimizer.step();
-
             const size_type n = b->labels.size(0);
-            const double batch_loss = loss.item() * static_cast<double>(n);
+            const tensor labels = b->labels.to(m_options.device);
+            double batch_loss = 0;
+            tensor logits;
+            if (!ddp)
+            {
+                logits = m_model.forward(b->images.to(m_options.device));
+                const tensor loss = m_options.loss ? m_options.loss(logits, labels) : cross_entropy(logits, labels);
+                m_optimizer.zero_grad();
+                loss.backward();
+                m_optimizer.step();
+                batch_loss = loss.item() * static_cast<double>(n);
+                seen_global += n;
+            }
+            else
+            {
+                const size_type global = m_loader.global_batch_size(b->index);
+                logits = ddp->forward(b->images.to(m_options.device));
+                tensor loss;
+                if (n > 0)
+                {
+                    const tensor mean = m_options.loss ? m_options.loss(logits, labels) : cross_entropy(logits, labels);
+                    loss = mean * (static_cast<double>(n) * replicas / static_cast<double>(global));
+                    batch_loss = mean.item() * static_cast<double>(n);
+                }
+                else
+                    loss = sum(logits) * 0.0;
+                m_optimizer.zero_grad();
+                loss.backward();
+                ddp->synchronize();
+                m_optimizer.step();
+                seen_global += global;
+            }
             if (!tally_sized && logits.dim() == 2 && logits.size(1) >= 1)
                 tally = classifier_tally(logits.size(1));
             tally_sized = true;
             tally.add(logits.detach(), b->labels, batch_loss);
             loss_sum += batch_loss;
             seen += n;
-            bar.update(static_cast<std::size_t>(++done), static_cast<std::size_t>(seen),
-                       loss_sum / static_cast<double>(seen));
+            bar.update(static_cast<std::size_t>(++done), static_cast<std::size_t>(seen_global),
+                       seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0);
         }
-        images = seen;
+        images = seen_global;
         epoch_metrics m;
         m.seconds = bar.finish();
         m.epoch = static_cast<int>(epoch + 1);
         const classifier_metrics train_metrics = tally.result();
         m.train_loss = train_metrics.loss;
         m.train_accuracy = train_metrics.accuracy;
-        m.test_loss = m.test_accuracy = std::numeric_limits<double>::quiet_NaN();
-        if (m_options.test_data)
+        if (ddp)
         {
-            evaluate_options eo;
-            eo.device = m_options.device;
-            eo.data_format = m_loader.options().data_format;
-            eo.batch_size = m_options.test_batch_size;
-            const classifier_metrics test_metrics = evaluate_classifier(m_model, m_options.test_data, eo);
-            m.test_loss = test_metrics.loss;
-            m.test_accuracy = test_metrics.accuracy;
+            // The global tallies, and the slowest rank's time (every rank returns the same row).
+            std::vector<double> sums{loss_sum, static_cast<double>(tally.correct()), static_cast<double>(seen)};
+            reduce_values(sums, distributed::reduce_op::sum, ddp->group());
+            std::vector<double> seconds{m.seconds};
+            reduce_values(seconds, distributed::reduce_op::max, ddp->group());
+            m.train_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+            m.train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+            m.seconds = seconds[0];
+            // Rank 0's running statistics everywhere: the model evaluated and saved is one.
+            for (const auto& [name, buffer] : m_model.named_buffers())
+                distributed::broadcast(buffer, 0, ddp->group());
         }
-        if (m_options.log)
-            *m_options.log << "epoch " << epoch + 1 << "/" << m_options.epochs << ": train loss "
-                           << fixed(m.train_loss, 4) << ", train accuracy " << fixed(100 * m.train_accuracy, 2)
-                           << "%, test loss " << fixed(m.test_loss, 4) << ", test accuracy "
-                           << fixed(100 * m.test_accuracy, 2) << "%, " << fixed(m.seconds, 1) << " s ("
-                           << fixed(static_cast<double>(seen) / m.seconds, 0) << " images/s)\n";
+        evaluate_test(m);
+        if (std::ostream* o = log())
+            *o << "epoch " << epoch + 1 << "/" << m_options.epochs << ": train loss " << fixed(m.train_loss, 4)
+               << ", train accuracy " << fixed(100 * m.train_accuracy, 2) << "%, test loss " << fixed(m.test_loss, 4)
+               << ", test accuracy " << fixed(100 * m.test_accuracy, 2) << "%, " << fixed(m.seconds, 1) << " s ("
+               << fixed(static_cast<double>(seen_global) / m.seconds, 0) << " images/s)\n";
         return m;
+    }
+
+    void trainer::evaluate_test(epoch_metrics& m)
+    {
+        m.test_loss = m.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+        if (!m_test)
+            return;
+        evaluate_options eo;
+        eo.device = m_options.device;
+        eo.data_format = m_loader.options().data_format;
+        eo.batch_size = m_options.test_batch_size;
+        const classifier_metrics r = evaluate_classifier(m_model, m_test, eo);
+        if (!m_options.data_parallel)
+        {
+            m.test_loss = r.loss;
+            m.test_accuracy = r.accuracy;
+            return;
+        }
+        double correct = 0;
+        for (std::size_t c = 0; c < r.confusion.size(); ++c)
+            correct += static_cast<double>(r.confusion[c][c]);
+        const auto examples = static_cast<double>(r.examples);
+        std::vector<double> sums{r.loss * examples, correct, examples};
+        reduce_values(sums, distributed::reduce_op::sum, m_options.data_parallel->group());
+        m.test_loss = sums[0] / sums[2]; // the whole test set is not empty (checked at construction)
+        m.test_accuracy = sums[1] / sums[2];
     }
 
     fit_result trainer::fit()
@@ -161,7 +290,8 @@ namespace xgrad::train
         result.first_epoch = m_epochs_done;
         if (!m_options.out.empty())
         {
-            std::filesystem::create_directories(m_options.out);
+            if (m_writer)
+                std::filesystem::create_directories(m_options.out);
             result.csv = m_options.out / "metrics.csv";
             result.plot = m_options.out / "metrics.svg";
         }
@@ -178,10 +308,17 @@ namespace xgrad::train
             m_epochs_done = epoch + 1;
             if (!m_options.out.empty())
             {
-                write_metrics_csv(result.csv, m_history);
-                write_metrics_svg(result.plot, m_history, m_options.plot_title);
                 result.checkpoint = checkpoint_path(m_options.out, m_epochs_done);
-                io::save_checkpoint(result.checkpoint, m_model, &m_optimizer, m_epochs_done, m_options.run_metadata);
+                if (m_writer)
+                {
+                    write_metrics_csv(result.csv, m_history);
+                    write_metrics_svg(result.plot, m_history, m_options.plot_title);
+                    io::save_checkpoint(result.checkpoint, m_model, &m_optimizer, m_epochs_done,
+                                        m_options.run_metadata);
+                }
+                // The files are complete for every rank from here on.
+                if (m_options.data_parallel)
+                    distributed::barrier(m_options.data_parallel->group());
             }
             if (m_options.on_epoch_end)
                 m_options.on_epoch_end(m);

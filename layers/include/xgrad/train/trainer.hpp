@@ -20,6 +20,27 @@
 // (parameters and buffers) and optimizer state. So a run resumed from the checkpoint of epoch
 // k computes bit for bit what the uninterrupted run computes after epoch k, given the same
 // thread count (xgrad's parallel reductions combine per-thread partial results).
+//
+// Data-parallel training (options.data_parallel set; K = its group's size): the job's K
+// processes each run a trainer on the same model construction, with the loader sharded for
+// this rank (loader_options::num_replicas = K, rank = the group's rank, same seed), and call
+// resume() and fit() alike. A step: the logits through data_parallel->forward(), the batch's
+// loss scaled to (sum of this rank's example losses) * K / N, N = loader.global_batch_size(step)
+// (so the ranks' mean gradient, which synchronize() forms, is the gradient of the global
+// batch's mean loss; an empty batch contributes a zero loss still connected to the model),
+// backward, synchronize(), the optimizer step, the same on every rank. That is the step of one
+// process on the global batch of K * batch_size examples, up to the order of summation. After
+// an epoch's training the model's buffers are broadcast from rank 0 (the evaluated and saved
+// model is rank 0's, the same everywhere); the train metrics are the global ones (one
+// all-reduce of the ranks' loss sum, correct count and example count per epoch), the test set
+// is evaluated in K contiguous shards, one per rank, and the tallies all-reduced (the same
+// metrics as one process evaluating it all, up to the summation order of the loss); epoch
+// seconds are the slowest rank's. Every rank returns the same metrics and calls on_epoch_end
+// with them. Only rank 0 logs (the progress bar counts the global images) and writes
+// metrics.csv, the chart and the checkpoints; a barrier follows, so when fit() returns or an
+// epoch ends, every rank may read them. resume() starts with a barrier, then every rank loads
+// the same checkpoint file. A rank that throws leaves the others waiting in a collective: the
+// caller must end the job (distributed::environment does, distributed::abort).
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -35,6 +56,11 @@
 #include "xgrad/optim/lr_scheduler.hpp"
 #include "xgrad/optim/optimizer.hpp"
 #include "xgrad/train/metrics.hpp"
+
+namespace xgrad::distributed
+{
+    class distributed_data_parallel;
+}
 
 namespace xgrad::train
 {
@@ -76,12 +102,15 @@ namespace xgrad::train
         /// Redraw the progress bar in place (a terminal) or print plain lines.
         bool log_is_terminal = false;
         std::string plot_title = "xgrad training";
+        /// Data-parallel training over data_parallel->group() (see above). Not owned; must
+        /// outlive the trainer, and wrap the trainer's model. Null: one process.
+        distributed::distributed_data_parallel* data_parallel = nullptr;
     };
 
     struct fit_result
     {
         std::vector<epoch_metrics> metrics;          // every epoch so far, those before a resume included
-        double images_per_s = 0.0;                   // training images per second over this fit's epochs
+        double images_per_s = 0.0;                   // training images per second over this fit's epochs (all ranks')
         std::filesystem::path csv, plot, checkpoint; // checkpoint: the last one written (empty if none)
         std::int64_t first_epoch = 0;                // epochs already done when fit() started
     };
@@ -99,7 +128,9 @@ namespace xgrad::train
         /// (epoch_metrics numbers epochs as int), test_batch_size < 1, an empty training set, a
         /// loader with no batch per epoch, epochs * batches per epoch overflowing (the
         /// schedule's global step), an empty test set, or test images of another size than the
-        /// training images (naming both sizes).
+        /// training images (naming both sizes); with data_parallel, a model other than
+        /// data_parallel->module(), or a loader whose num_replicas and rank are not the group's
+        /// size and rank (naming both); without it, a loader with num_replicas other than 1.
         trainer(nn::module& model, optim::optimizer& optimizer, data::data_loader& train_loader,
                 trainer_options options);
 
@@ -131,6 +162,11 @@ namespace xgrad::train
     private:
         /// One epoch of training and its test evaluation; `images` receives the images trained on.
         epoch_metrics train_epoch(size_type epoch, size_type& images);
+        /// The test loss and accuracy into m: of the whole test set, or with data_parallel of
+        /// this rank's shard, reduced over the ranks.
+        void evaluate_test(epoch_metrics& m);
+        /// The log when this process logs (one process, or rank 0), else null.
+        std::ostream* log() const noexcept { return m_writer ? m_options.log : nullptr; }
 
         nn::module& m_model;
         optim::optimizer& m_optimizer;
@@ -138,5 +174,7 @@ namespace xgrad::train
         trainer_options m_options;
         size_type m_epochs_done = 0;
         std::vector<epoch_metrics> m_history;
+        bool m_writer = true;                              // logs and writes the files: rank 0
+        std::shared_ptr<const data::image_dataset> m_test; // the test set, or this rank's shard of it
     };
 }
