@@ -4,6 +4,14 @@
 //                       [--schedule constant|step|cosine] [--threads T] [--device cpu|cuda]
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch]
+//                       [--distributed] [--sync-bn]
+//
+// Data-parallel: `mpirun -np K train_fashion_mnist ...` (or --distributed) trains one model
+// on K processes, each on its share of every step's K * batch-size images (--batch-size is per
+// process), with the gradients averaged over the processes (distributed_data_parallel); it
+// computes what one process computes with --batch-size K * B, except that each process's batch
+// norm sees its own B images (--sync-bn makes them share the statistics of all K * B). Rank 0
+// alone prints and writes the files; an error on any rank stops the whole job with its message.
 //
 // Prints a progress bar per epoch (plain lines when the output is not a terminal), the train
 // and test loss and accuracy after each epoch, and writes into --out: metrics.csv, metrics.svg
@@ -19,6 +27,8 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -26,6 +36,9 @@
 #include "common/cli.hpp"
 #include "common/fashion_model.hpp"
 #include "xgrad/checked.hpp"
+#include "xgrad/distributed/comm.hpp"
+#include "xgrad/distributed/data_parallel.hpp"
+#include "xgrad/layers/sync_batch_norm.hpp"
 #include "xgrad/train.hpp"
 
 namespace
@@ -51,6 +64,8 @@ namespace
         std::int64_t limit = 0;      // > 0: train on the first `limit` images only
         std::int64_t test_limit = 0; // > 0: evaluate on the first `test_limit` test images
         bool prefetch = true;
+        bool distributed = false; // launched by MPI, or --distributed
+        bool sync_bn = false;
     };
 
     const char* usage_text =
@@ -69,7 +84,14 @@ namespace
         "  --format F          NCHW | NHWC activation layout (default NCHW)\n"
         "  --limit N           train on the first N training images only (0: all, the default)\n"
         "  --test-limit N      evaluate on the first N test images only (0: all, the default)\n"
-        "  --no-prefetch       prepare batches on the training thread\n";
+        "  --no-prefetch       prepare batches on the training thread\n"
+        "  --distributed       train data-parallel over the MPI job (implied when started by mpirun;\n"
+        "                      alone, a job of one process)\n"
+        "  --sync-bn           batch norm over the whole global batch (sync_batch_norm2d); needs a\n"
+        "                      data-parallel run\n"
+        "Data-parallel: mpirun -np K train_fashion_mnist --batch-size B ... trains on K * B images\n"
+        "per step, B per process (--batch-size is per process). Set XGRAD_NUM_THREADS (or --threads)\n"
+        "so that K * threads does not exceed the cores.\n";
 
     [[noreturn]] void usage_error(const std::string& message)
     {
@@ -97,6 +119,11 @@ namespace
             if (flag == "--no-prefetch")
             {
                 c.prefetch = false;
+                continue;
+            }
+            if (flag == "--distributed" || flag == "--sync-bn")
+            {
+                (flag == "--distributed" ? c.distributed : c.sync_bn) = true;
                 continue;
             }
             if (const auto eq = flag.find('='); eq != std::string::npos)
@@ -149,6 +176,11 @@ namespace
                 usage_error(e.what());
             }
         }
+        c.distributed = c.distributed || xgrad::distributed::launched_by_mpi();
+        // Converting to sync batch norm in one process would train as plain batch norm: refused
+        // rather than silently meaning nothing.
+        if (c.sync_bn && !c.distributed)
+            usage_error("--sync-bn needs a data-parallel run (started by mpirun, or --distributed)");
         return c;
     }
 
@@ -165,6 +197,7 @@ namespace
     xgrad::train::fit_result train(const train_config& c, std::ostream& log, bool log_is_terminal)
     {
         namespace data = xgrad::data;
+        namespace distributed = xgrad::distributed;
         if (c.data_format != "NCHW" && c.data_format != "NHWC")
             throw xgrad::invalid_argument("--format must be NCHW or NHWC, got '" + c.data_format + "'");
         if (c.threads > 0)
@@ -178,8 +211,18 @@ namespace
         const auto test_data = std::make_shared<const data::image_dataset>(
             xgrad::examples::load_fashion_data(c.data_dir, false, c.test_limit));
         xgrad::generator gen(c.seed);
-        auto model = xgrad::examples::make_fashion_model(c.data_format, gen);
+        std::shared_ptr<xgrad::nn::module> model = xgrad::examples::make_fashion_model(c.data_format, gen);
         model->to(dev);
+        // Data-parallel: the same construction on every rank, then rank 0's values broadcast
+        // by the wrapper; the optimizer is made last, over the parameters of the final model.
+        const distributed::process_group world = distributed::process_group::world();
+        std::unique_ptr<distributed::distributed_data_parallel> ddp;
+        if (c.distributed)
+        {
+            if (c.sync_bn)
+                model = xgrad::nn::convert_sync_batch_norm(model, world);
+            ddp = std::make_unique<distributed::distributed_data_parallel>(model, world);
+        }
         auto opt = xgrad::optim::make_optimizer(c.optimizer, *model, c.lr);
         data::loader_options lo;
         lo.batch_size = c.batch_size;
@@ -187,6 +230,8 @@ namespace
         lo.seed = c.seed;
         lo.data_format = c.data_format;
         lo.prefetch = c.prefetch;
+        lo.num_replicas = world.size();
+        lo.rank = world.rank();
         data::data_loader loader(train_data, lo);
         const auto schedule = xgrad::optim::make_schedule(
             c.schedule, c.lr, xgrad::checked_mul(c.epochs, loader.batches_per_epoch(), "--epochs * batches per epoch"));
@@ -199,8 +244,11 @@ namespace
         o.test_data = test_data;
         o.log = &log;
         o.log_is_terminal = log_is_terminal;
+        o.data_parallel = ddp.get();
+        const std::string ranks = std::to_string(world.size());
         o.plot_title = "xgrad: Fashion-MNIST CNN (" + c.data_format + ", " + std::string(opt->type_name()) +
-                       ", batch " + std::to_string(c.batch_size) + ")";
+                       ", batch " + std::to_string(c.batch_size) +
+                       (c.distributed ? " x " + ranks + " ranks" + (c.sync_bn ? ", sync BN" : "") : "") + ")";
         // What a checkpoint must agree on to continue this run exactly.
         o.run_metadata = {{"data_format", c.data_format},
                           {"seed", std::to_string(c.seed)},
@@ -208,7 +256,9 @@ namespace
                           {"lr", fixed(c.lr, 10)},
                           {"schedule", c.schedule},
                           {"epochs", std::to_string(c.epochs)},
-                          {"limit", std::to_string(c.limit)}};
+                          {"limit", std::to_string(c.limit)},
+                          {"ranks", ranks},
+                          {"sync_bn", c.sync_bn ? "1" : "0"}};
         xgrad::train::trainer t(*model, *opt, loader, o);
         if (!c.resume.empty())
         {
@@ -221,27 +271,53 @@ namespace
             << ", optimizer: " << opt->type_name() << " (lr " << c.lr << ", " << c.schedule
             << "), threads: " << xgrad::get_num_threads() << ", format: " << c.data_format
             << ", device: " << to_string(dev) << "\n";
-        return t.fit();
+        if (ddp)
+            log << "data-parallel: " << ranks << " processes, " << c.batch_size << " images each per step ("
+                << xgrad::checked_mul(c.batch_size, world.size(), "--batch-size * processes") << " per step), "
+                << (c.sync_bn ? "synchronised" : "per-process") << " batch norm\n";
+        xgrad::train::fit_result r = t.fit();
+        if (ddp)
+        {
+            // What the last step's gradient all-reduce cost (bench/scaling reads this line).
+            const auto& s = ddp->last_stats();
+            log << "communication ranks=" << ranks << " sync_bn=" << (c.sync_bn ? 1 : 0) << " buckets=" << s.buckets
+                << " bytes_per_step=" << s.bytes << " comm_ms_per_step=" << 1e3 * s.communication_s
+                << " wait_ms_per_step=" << 1e3 * s.wait_s << " overlapped=" << s.buckets_overlapped << "\n";
+        }
+        return r;
     }
 }
 
 int main(int argc, char** argv)
 {
     const train_config config = parse(argc, argv);
+    // Joins the job for a data-parallel run; if an exception ever unwinds past it, it ends the
+    // whole job (the other ranks may be waiting in a collective this one will never join).
+    std::optional<xgrad::distributed::environment> env;
     try
     {
-        const auto r = train(config, std::cout, isatty(STDOUT_FILENO) != 0);
+        if (config.distributed)
+            env.emplace(&argc, &argv);
+        // Rank 0 alone prints; the others log into nothing.
+        std::ostream discard(nullptr);
+        std::ostream& out = xgrad::distributed::rank() == 0 ? std::cout : discard;
+        const auto r = train(config, out, isatty(STDOUT_FILENO) != 0);
         const auto& last = r.metrics.back();
-        std::cout << "\ntest accuracy after " << last.epoch << " epochs: " << 100.0 * last.test_accuracy << "%\n"
-                  << "metrics (CSV):   " << r.csv.string() << "\n"
-                  << "plot (SVG):      " << r.plot.string() << "\n"
-                  << "checkpoint:      " << r.checkpoint.string() << "\n"
-                  << "evaluate it:     evaluate --checkpoint " << r.checkpoint.string() << "\n"
-                  << "summary peer=xgrad images_per_s=" << r.images_per_s << " train_loss=" << last.train_loss
-                  << " test_acc=" << last.test_accuracy << "\n";
+        out << "\ntest accuracy after " << last.epoch << " epochs: " << 100.0 * last.test_accuracy << "%\n"
+            << "metrics (CSV):   " << r.csv.string() << "\n"
+            << "plot (SVG):      " << r.plot.string() << "\n"
+            << "checkpoint:      " << r.checkpoint.string() << "\n"
+            << "evaluate it:     evaluate --checkpoint " << r.checkpoint.string() << "\n"
+            << "summary peer=xgrad images_per_s=" << r.images_per_s << " train_loss=" << last.train_loss
+            << " test_acc=" << last.test_accuracy << " ranks=" << xgrad::distributed::world_size()
+            << " sync_bn=" << (config.sync_bn ? 1 : 0) << "\n";
     }
     catch (const std::exception& e)
     {
+        // In a data-parallel run the other ranks cannot go on without this one: the message,
+        // with the rank, and the end of the whole job, instead of a hang.
+        if (config.distributed && xgrad::distributed::is_initialized())
+            xgrad::distributed::abort(std::string("train_fashion_mnist: error: ") + e.what());
         std::cerr << "train_fashion_mnist: error: " << e.what() << "\n";
         return 1;
     }
