@@ -125,6 +125,7 @@ namespace xgrad::train
         o.batch_size = options.batch_size;
         o.shuffle = false;
         o.data_format = options.data_format;
+        o.dtype = options.dtype;
         classifier_tally tally(data->classes);
         data::data_loader loader(std::move(data), o);
         loader.start_epoch(0);

@@ -263,6 +263,7 @@ namespace xgrad::train
         evaluate_options eo;
         eo.device = m_options.device;
         eo.data_format = m_loader.options().data_format;
+        eo.dtype = m_loader.options().dtype;
         eo.batch_size = m_options.test_batch_size;
         const classifier_metrics r = evaluate_classifier(m_model, m_test, eo);
         if (!m_options.data_parallel)

@@ -65,9 +65,10 @@ namespace xgrad::train
 
     struct evaluate_options
     {
-        xgrad::device device{};           // where the model is; batches are moved there
-        std::string data_format = "NCHW"; // layout of the images fed to the model
-        std::int64_t batch_size = 500;    // >= 1; only memory, not the result, depends on it
+        xgrad::device device{};                     // where the model is; batches are moved there
+        std::string data_format = "NCHW";           // layout of the images fed to the model
+        xgrad::dtype dtype = xgrad::dtype::float32; // of the images fed to the model (floating)
+        std::int64_t batch_size = 500;              // >= 1; only memory, not the result, depends on it
     };
 
     /// Metrics of `model` on every example of `data`, in order, in eval mode and without a

@@ -89,7 +89,7 @@ namespace xgrad::train
         /// Not owned; must outlive fit(). Null: the optimizer's learning rate is left as it is.
         const optim::lr_schedule* schedule = nullptr;
         schedule_unit schedule_by = schedule_unit::step;
-        /// Evaluated after every epoch in the training loader's data format. Null: the test
+        /// Evaluated after every epoch in the training loader's data format and dtype. Null: the test
         /// metrics are NaN (the CSV keeps them, the chart skips them).
         std::shared_ptr<const data::image_dataset> test_data;
         std::int64_t test_batch_size = 500;
