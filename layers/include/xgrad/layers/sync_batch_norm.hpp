@@ -52,6 +52,7 @@ namespace xgrad::nn
     };
 
     /// See above. model not null (else xgrad::invalid_argument).
-    std::shared_ptr<module> convert_sync_batch_norm(std::shared_ptr<module> model,
-                                                    distributed::process_group group = distributed::process_group::world());
+    std::shared_ptr<module>
+    convert_sync_batch_norm(std::shared_ptr<module> model,
+                            distributed::process_group group = distributed::process_group::world());
 }
