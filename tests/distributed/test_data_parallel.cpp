@@ -481,3 +481,47 @@ TEST_CASE("a group of one leaves every gradient as backward computed it")
     CHECK(grads_of(*model) == grads_of(*plain));
     CHECK(ddp.last_stats().buckets == 1);
 }
+
+namespace
+{
+    /// A float16 and a float64 parameter, whose gradients are known in closed form.
+    class mixed_net final : public nn::module
+    {
+    public:
+        mixed_net()
+        {
+            register_parameter("half", xgrad::full({3}, 1.0, dtype::float16));
+            register_parameter("wide", xgrad::full({2}, 2.0, dtype::float64));
+        }
+        /// c (sum(half) + sum(wide^2) / 4) for a float64 scalar c: the gradient is c for every
+        /// element of half, and c wide / 2 = c for every element of wide.
+        tensor forward(const tensor& c) override
+        {
+            const tensor h = xgrad::sum(parameter("half").to(dtype::float64));
+            const tensor w = xgrad::sum(xgrad::square(parameter("wide")));
+            return xgrad::mul(c, xgrad::add(h, xgrad::mul(w, xgrad::full({}, 0.25, dtype::float64))));
+        }
+    };
+}
+
+TEST_CASE("parameters of two dtypes: a bucket each; float16 gradients are averaged in float32 and rounded back")
+{
+    const int k = dist::world_size();
+    auto model = std::make_shared<mixed_net>();
+    dist::data_parallel_options o;
+    o.bucket_cap_bytes = 1 << 20; // room for both: only the dtypes separate them
+    dist::distributed_data_parallel ddp(model, dist::process_group::world(), o);
+    // Rank r's c is r + 1, so the mean over ranks is (k + 1) / 2: 1.5 for two ranks, exact in
+    // float16 (so are the halves of any k up to 2048).
+    ddp(xgrad::full({}, dist::rank() + 1.0, dtype::float64)).backward();
+    ddp.synchronize();
+    const double mean = (k + 1) / 2.0;
+    const tensor gh = model->parameter("half").grad();
+    const tensor gw = model->parameter("wide").grad();
+    CHECK(gh.dtype() == dtype::float16);
+    CHECK(xgrad::to_vector(gh) == std::vector<double>(3, mean));
+    CHECK(gw.dtype() == dtype::float64);
+    CHECK(xgrad::to_vector(gw) == std::vector<double>(2, mean));
+    CHECK(ddp.last_stats().buckets == 2);
+    CHECK(ddp.last_stats().bytes == (3 + 1) * 4 + (2 + 1) * 8); // float16 travels as float32
+}
