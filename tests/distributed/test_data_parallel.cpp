@@ -525,3 +525,37 @@ TEST_CASE("parameters of two dtypes: a bucket each; float16 gradients are averag
     CHECK(ddp.last_stats().buckets == 2);
     CHECK(ddp.last_stats().bytes == (3 + 1) * 4 + (2 + 1) * 8); // float16 travels as float32
 }
+
+TEST_CASE("a model on a CUDA device: gradients staged through the host land on the device")
+{
+    // Every rank runs the same build, so every rank takes the same branch.
+    if (!xgrad::cuda_is_built() || xgrad::cuda_device_count() < 1)
+        return;
+    const xgrad::device cuda{xgrad::device_type::cuda, 0};
+    const int k = dist::world_size();
+    auto model = rank_model();
+    model->to(cuda);
+    dist::data_parallel_options o;
+    o.bucket_cap_bytes = 1;
+    dist::distributed_data_parallel ddp(model, dist::process_group::world(), o);
+    CHECK(model->parameter("fc.weight").device() == cuda);
+    const batch b = batch_of(dist::rank());
+    tensor loss = xgrad::mean(xgrad::square(xgrad::sub(ddp(b.x.to(cuda)), b.target.to(cuda))));
+    model->zero_grad();
+    loss.backward();
+    ddp.synchronize();
+    // The device's kernels may sum in another order than the CPU reference's: float64 sums of
+    // at most a few hundred terms, so differences stay near 1e-14 relative; 1e-10 leaves room
+    // and still catches any real error (O(1)).
+    const grads_type expected = expected_mean(k, always);
+    for (const auto& [n, p] : model->named_parameters())
+    {
+        INFO("parameter " << n);
+        CHECK(p.grad().device() == cuda);
+        const auto a = xgrad::to_vector(p.grad());
+        const auto& e = expected.at(n);
+        REQUIRE(a.size() == e.size());
+        for (std::size_t i = 0; i < e.size(); ++i)
+            CHECK(std::abs(a[i] - e[i]) <= 1e-10 + 1e-10 * std::abs(e[i]));
+    }
+}
