@@ -267,3 +267,33 @@ TEST_CASE("process groups: world and self")
     CHECK(values(t) == before);
     dist::barrier();
 }
+
+TEST_CASE("collectives on device tensors go through the host and land in device storage")
+{
+    if (xgrad::cuda_device_count() == 0)
+        return; // a build without the CUDA backend, or no GPU: nothing to check here
+    const xgrad::device gpu{xgrad::device_type::cuda, 0};
+    const int k = dist::world_size();
+    tensor t = rank_tensor(dist::rank(), {6}, dtype::float32).to(gpu);
+    const void* storage = t.data_ptr();
+    dist::all_reduce(t);
+    CHECK(t.device() == gpu);
+    CHECK(t.data_ptr() == storage);
+    std::vector<double> expect(6, 0.0);
+    for (int r = 0; r < k; ++r)
+    {
+        const auto v = values(rank_tensor(r, {6}, dtype::float32));
+        for (std::size_t i = 0; i < 6; ++i)
+            expect[i] += v[i];
+    }
+    CHECK(values(t) == expect);
+    tensor b = rank_tensor(dist::rank(), {3}, dtype::float64).to(gpu);
+    dist::broadcast(b, k - 1);
+    CHECK(values(b) == values(rank_tensor(k - 1, {3}, dtype::float64)));
+    const auto all = dist::all_gather(rank_tensor(dist::rank(), {2}, dtype::float32).to(gpu));
+    for (int r = 0; r < k; ++r)
+    {
+        CHECK(all[static_cast<std::size_t>(r)].device() == gpu);
+        CHECK(values(all[static_cast<std::size_t>(r)]) == values(rank_tensor(r, {2}, dtype::float32)));
+    }
+}

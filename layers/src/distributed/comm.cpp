@@ -169,12 +169,12 @@ namespace xgrad::distributed
                 fn(t.data_ptr());
                 return;
             }
+            // A host copy (to() across devices always makes new storage), then back to the
+            // device and into t's own storage, which copy_into writes within one device.
             tensor host = t.detach().to(cpu_device).contiguous();
-            // A fresh buffer even when to() returned shared storage (it never does across devices,
-            // but the write below must not reach another tensor).
             fn(host.data_ptr());
             if (write)
-                detail::copy_into(t.detach(), host);
+                detail::copy_into(t.detach(), host.to(t.device()));
         }
 #endif
     }
