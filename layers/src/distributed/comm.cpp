@@ -93,10 +93,7 @@ namespace xgrad::distributed
         }
 
 #ifdef XGRAD_WITH_MPI
-        MPI_Comm comm_of(const process_group& g)
-        {
-            return g.handle() ? g.handle()->m_comm : MPI_COMM_SELF;
-        }
+        MPI_Comm comm_of(const process_group& g) { return g.handle() ? g.handle()->m_comm : MPI_COMM_SELF; }
 
         void check_mpi(int rc, const char* what)
         {
@@ -112,14 +109,10 @@ namespace xgrad::distributed
         {
             switch (dt)
             {
-            case dtype::float32:
-                return MPI_FLOAT;
-            case dtype::float64:
-                return MPI_DOUBLE;
-            case dtype::int64:
-                return MPI_INT64_T;
-            default:
-                return MPI_BYTE; // any dtype as bytes (all_gather, broadcast)
+            case dtype::float32: return MPI_FLOAT;
+            case dtype::float64: return MPI_DOUBLE;
+            case dtype::int64: return MPI_INT64_T;
+            default: return MPI_BYTE; // any dtype as bytes (all_gather, broadcast)
             }
         }
 
@@ -127,12 +120,9 @@ namespace xgrad::distributed
         {
             switch (op)
             {
-            case reduce_op::max:
-                return MPI_MAX;
-            case reduce_op::min:
-                return MPI_MIN;
-            default:
-                return MPI_SUM; // sum, and mean before its division
+            case reduce_op::max: return MPI_MAX;
+            case reduce_op::min: return MPI_MIN;
+            default: return MPI_SUM; // sum, and mean before its division
             }
         }
 
@@ -169,7 +159,6 @@ namespace xgrad::distributed
                                    (i == 2 ? " and the same root" : ""));
         }
 
-
         /// Runs fn(host pointer) on t's data, through a host copy for a device tensor, writing
         /// the result back when `write`.
         template <class F>
@@ -180,12 +169,12 @@ namespace xgrad::distributed
                 fn(t.data_ptr());
                 return;
             }
+            // A host copy (to() across devices always makes new storage), then back to the
+            // device and into t's own storage, which copy_into writes within one device.
             tensor host = t.detach().to(cpu_device).contiguous();
-            // A fresh buffer even when to() returned shared storage (it never does across devices,
-            // but the write below must not reach another tensor).
             fn(host.data_ptr());
             if (write)
-                detail::copy_into(t.detach(), host);
+                detail::copy_into(t.detach(), host.to(t.device()));
         }
 #endif
     }
@@ -362,12 +351,14 @@ namespace xgrad::distributed
         if (group.size() > 1)
         {
             check_agreement(t, "broadcast", group, root);
-            const auto bytes = static_cast<std::int64_t>(checked_bytes(t.numel(), itemsize(t.dtype()), "distributed::broadcast"));
+            const auto bytes =
+                static_cast<std::int64_t>(checked_bytes(t.numel(), itemsize(t.dtype()), "distributed::broadcast"));
             if (bytes > 0)
                 on_host(t, true, [&](void* data) {
                     for (std::int64_t at = 0; at < bytes; at += max_piece)
-                        check_mpi(MPI_Bcast(static_cast<char*>(data) + at, static_cast<int>(std::min(max_piece, bytes - at)),
-                                            MPI_BYTE, root, comm_of(group)),
+                        check_mpi(MPI_Bcast(static_cast<char*>(data) + at,
+                                            static_cast<int>(std::min(max_piece, bytes - at)), MPI_BYTE, root,
+                                            comm_of(group)),
                                   "broadcast");
                 });
         }
@@ -383,7 +374,8 @@ namespace xgrad::distributed
         {
             check_agreement(t, "all_gather", group);
             const int k = group.size();
-            const auto bytes = static_cast<std::int64_t>(checked_bytes(t.numel(), itemsize(t.dtype()), "distributed::all_gather"));
+            const auto bytes =
+                static_cast<std::int64_t>(checked_bytes(t.numel(), itemsize(t.dtype()), "distributed::all_gather"));
             const std::int64_t total = checked_mul(bytes, k, "distributed::all_gather");
             if (bytes > max_piece)
                 fail("all_gather", "a tensor of " + describe(t) + " is larger than the 1 GiB one all_gather sends");
@@ -493,9 +485,11 @@ namespace xgrad::distributed
         if (op != reduce_op::sum && op != reduce_op::mean)
             fail("all_reduce_async", "only reduce_op::sum and reduce_op::mean are asynchronous");
         if (t.device().type != device_type::cpu)
-            fail("all_reduce_async", "the tensor " + describe(t) + " must be on the CPU (stage device tensors through one)");
+            fail("all_reduce_async",
+                 "the tensor " + describe(t) + " must be on the CPU (stage device tensors through one)");
         if (t.numel() > max_piece)
-            fail("all_reduce_async", "a tensor of " + describe(t) + " is larger than the 2^30 elements one request sends");
+            fail("all_reduce_async",
+                 "a tensor of " + describe(t) + " is larger than the 2^30 elements one request sends");
         auto s = std::make_unique<pending_all_reduce::state>();
         s->m_tensor = t.detach();
         s->m_op = op;

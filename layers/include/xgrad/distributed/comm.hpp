@@ -105,7 +105,8 @@ namespace xgrad::distributed
 
     /// Every rank's t becomes op over the ranks' t, element by element. The result is identical
     /// on every rank.
-    void all_reduce(const tensor& t, reduce_op op = reduce_op::sum, const process_group& group = process_group::world());
+    void all_reduce(const tensor& t, reduce_op op = reduce_op::sum,
+                    const process_group& group = process_group::world());
     /// Every rank's t becomes root's t. root in [0, size) (else xgrad::invalid_argument).
     void broadcast(const tensor& t, int root = 0, const process_group& group = process_group::world());
     /// The ranks' t in rank order (new CPU-or-t's-device tensors; entry rank() equals t). Here
