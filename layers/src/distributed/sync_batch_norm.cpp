@@ -1,10 +1,10 @@
 // The synchronised batch norm (see sync_batch_norm.hpp): batch statistics over every rank of a
 // process group, on top of the fused batch-norm op family (xgrad/ops/batch_norm.hpp).
 //
-//   forward:  fused_batch_norm on the local x (its reserve spaces are the local mean and biased
-//             variance) -> one all_gather of [mean_r, M2_r, tag_r] -> Chan's merge in float64,
-//             in rank order -> fused_batch_norm in inference mode with the global statistics
-//             (skipped when this rank holds the whole batch: the local y is the answer).
+//   forward:  the backend's bn_moments kernel on the local x (mean and biased variance) -> one
+//             all_gather of [mean_r, M2_r, tag_r] -> Chan's merge in float64, in rank order ->
+//             fused_batch_norm in inference mode with the global statistics (x read three
+//             times, y written once).
 //   backward: batch_norm_grad_reduce -> one all_reduce of the [2C] sums ->
 //             batch_norm_grad_apply with the global count; scale and offset get the local sums.
 //   backward with grad mode on (create_graph): the gradient of sync_batch_norm_composite, whose
@@ -194,9 +194,16 @@ namespace xgrad::distributed
                                            std::int64_t local_count)
         {
             const batch_norm_grad_sums local = batch_norm_grad_reduce(dy, x, mean, attrs);
-            // One message of 2C values (concat copies, so the local sums stay as they are).
-            const tensor both = concat({local.sum_dy, local.sum_dy_xc}, 0);
-            all_reduce(both, reduce_op::sum, group);
+            // One message of 2C values (concat copies, so the local sums stay as they are). The
+            // forward's all_gather established that the ranks agree on C and on the dtype, so
+            // the reduction skips the cross-rank check that all_reduce would make (a second
+            // round trip); it runs on host memory, where a device tensor's 2C values are copied.
+            tensor both = concat({local.sum_dy, local.sum_dy_xc}, 0);
+            const bool on_host = both.device().type == device_type::cpu;
+            const tensor host = on_host ? both : both.to(cpu_device).contiguous();
+            all_reduce_async(host, reduce_op::sum, group).wait();
+            if (!on_host)
+                both = host.to(both.device());
             const batch_norm_grad_sums global{both.slice(0, 0, C), both.slice(0, C, 2 * C)};
             const batch_norm_grad_result r = batch_norm_grad_apply(dy, x, scale, mean, variance, global, count, attrs);
             if (count == local_count) // the whole batch is here: the global sums are the local ones
@@ -222,7 +229,7 @@ namespace xgrad::distributed
         // taken part in the all_gather.
         std::exception_ptr local_error;
         xgrad::detail::bn_layout L;
-        batch_norm_forward_result local;
+        tensor local_mean, local_var;
         std::int64_t C = 0;
         try
         {
@@ -235,8 +242,22 @@ namespace xgrad::distributed
             if (L.count() >= max_local_count)
                 fail(op_name, "x of shape " + shape_to_string(x.shape()) + " has " + std::to_string(L.count()) +
                                   " values per channel, more than the 2^49 this op counts exactly");
-            no_grad guard;
-            local = fused_batch_norm(x, scale, offset, no_stats, no_stats, local_attrs);
+            // The backend's moments kernel (two passes: the mean, then the squared deviations
+            // from it), the statistics fused_batch_norm's training forward computes, without
+            // writing a y that the global statistics would replace.
+            if (L.count() > 0)
+            {
+                local_mean = xgrad::detail::empty({C}, sdt, dev);
+                local_var = xgrad::detail::empty({C}, sdt, dev);
+                const tensor xc = xgrad::detail::raw_contiguous(x);
+                xgrad::detail::backend_for(dev).bn_moments(local_mean.data_ptr(), local_var.data_ptr(), xc.data_ptr(),
+                                                           x.dtype(), L.outer, L.C, L.inner);
+            }
+            else // an empty x: no moments (the kernel's NaN would poison the merge); n_r = 0
+            {
+                local_mean = zeros({C}, sdt, dev);
+                local_var = zeros({C}, sdt, dev);
+            }
         }
         catch (const std::invalid_argument&)
         {
@@ -249,7 +270,7 @@ namespace xgrad::distributed
         std::vector<double> mine(static_cast<std::size_t>(2 * C + 1), 0.0);
         if (!local_error)
         {
-            const std::vector<double> m = to_vector(local.reserve_space_1), v = to_vector(local.reserve_space_2);
+            const std::vector<double> m = to_vector(local_mean), v = to_vector(local_var);
             for (std::int64_t c = 0; c < C; ++c)
             {
                 mine[c] = m[c];
@@ -303,11 +324,11 @@ namespace xgrad::distributed
         out.count = g.count;
         if (g.count == n_local)
         {
-            // Every other rank is empty (or the group is this rank alone): the local forward
-            // already normalised with the global statistics, bit for bit fused_batch_norm's.
-            out.y = local.y;
-            out.mean = local.reserve_space_1;
-            out.variance = local.reserve_space_2;
+            // Every other rank is empty (or the group is this rank alone): the local statistics
+            // are the global ones, and y is bit for bit fused_batch_norm's (its training
+            // forward is these moments, then this normalisation).
+            out.mean = local_mean;
+            out.variance = local_var;
         }
         else
         {
@@ -317,6 +338,9 @@ namespace xgrad::distributed
             no_grad guard;
             out.mean = to_device(cast(from_host(g.mean.data(), {C}, dtype::float64), sdt), dev);
             out.variance = to_device(cast(from_host(var.data(), {C}, dtype::float64), sdt), dev);
+        }
+        {
+            no_grad guard; // the node below differentiates y
             batch_norm_attrs inference = local_attrs;
             inference.is_training = false;
             out.y = fused_batch_norm(x, scale, offset, out.mean, out.variance, inference).y;
