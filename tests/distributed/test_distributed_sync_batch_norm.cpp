@@ -252,19 +252,20 @@ TEST_CASE("sync_batch_norm: errors are thrown on every rank")
         }
         else
         {
-            CHECK_ERROR(dist::sync_batch_norm(x, scale, offset, attrs), xgrad::invalid_argument,
-                        "rank(s) 1 of 2 rejected their arguments");
+            const std::string which = "rank(s) " + std::to_string(K - 1) + " of " + std::to_string(K) + " rejected";
+            const std::string how_many = "1 rank(s) of " + std::to_string(K) + " rejected";
+            CHECK_ERROR(dist::sync_batch_norm(x, scale, offset, attrs), xgrad::invalid_argument, which.c_str());
             CHECK_ERROR(dist::sync_batch_norm_composite(x, scale, offset, attrs), xgrad::invalid_argument,
-                        "1 rank(s) of 2 rejected their arguments");
+                        how_many.c_str());
         }
     }
-    if (K == 2)
+    if (K >= 2)
     {
         SUBCASE("ranks that disagree on x's dtype")
         {
             const tensor x = rank == 0 ? ones({2, C, 2, 2}) : ones({2, C, 2, 2}, dtype::float16);
             CHECK_ERROR(dist::sync_batch_norm(x, scale, offset, attrs), xgrad::invalid_argument,
-                        "the ranks disagree on x's dtype (float32, float16 in rank order)");
+                        "the ranks disagree on x's dtype (float32, float16");
         }
         SUBCASE("ranks that disagree on the channels")
         {
