@@ -55,6 +55,69 @@ namespace xgrad
         return tensor(std::move(impl));
     }
 
+    /// One registered hook. The leaf's list owns it; handles hold it weakly, so a handle
+    /// outliving its leaf is inert.
+    struct grad_hook_handle::entry
+    {
+        grad_accumulated_hook_type m_fn;
+        std::weak_ptr<grad_hooks> m_owner;
+        bool m_removed = false;
+    };
+
+    struct grad_hooks
+    {
+        std::vector<std::shared_ptr<grad_hook_handle::entry>> m_entries;
+    };
+
+    void grad_hook_handle::remove() noexcept
+    {
+        auto e = m_entry.lock();
+        if (!e || e->m_removed)
+            return;
+        e->m_removed = true; // a run of the hooks in progress skips it
+        if (auto owner = e->m_owner.lock())
+        {
+            auto& v = owner->m_entries;
+            for (auto it = v.begin(); it != v.end(); ++it)
+                if (*it == e)
+                {
+                    v.erase(it);
+                    break;
+                }
+        }
+        m_entry.reset();
+    }
+
+    bool grad_hook_handle::active() const noexcept
+    {
+        auto e = m_entry.lock();
+        return e && !e->m_removed && !e->m_owner.expired();
+    }
+
+    grad_hook_handle register_grad_accumulated_hook(const tensor& leaf, grad_accumulated_hook_type hook)
+    {
+        const char* what = "register_grad_accumulated_hook";
+        if (!leaf.defined())
+            throw xgrad::invalid_argument(std::string(what) + ": the tensor is undefined");
+        if (!leaf.is_leaf())
+            throw xgrad::invalid_argument(std::string(what) + ": the tensor of shape " + shape_to_string(leaf.shape()) +
+                                          " is not a leaf (it has grad_fn '" + std::string(leaf.grad_fn()->name()) +
+                                          "'); hooks run where gradients are accumulated, on leaves");
+        if (!leaf.requires_grad())
+            throw xgrad::invalid_argument(std::string(what) + ": the leaf of shape " + shape_to_string(leaf.shape()) +
+                                          " does not require grad, so backward never accumulates into it");
+        if (!hook)
+            throw xgrad::invalid_argument(std::string(what) + ": the hook is an empty function");
+        auto& hooks = leaf.impl()->m_grad_hooks;
+        if (!hooks)
+            hooks = std::make_shared<grad_hooks>();
+        auto e = std::make_shared<grad_hook_handle::entry>();
+        e->m_fn = std::move(hook);
+        e->m_owner = hooks;
+        hooks->m_entries.push_back(e);
+        return grad_hook_handle(e);
+    }
+
     std::vector<tensor> accumulate_grad::apply(const std::vector<tensor>& grad_outputs)
     {
         const tensor& g = grad_outputs.at(0);
@@ -70,6 +133,15 @@ namespace xgrad
             m_leaf->m_grad = is_grad_enabled() ? contiguous(g).impl() : detail::raw_contiguous(g.detach()).impl();
         else
             m_leaf->m_grad = add(tensor(m_leaf->m_grad), g).impl();
+        if (m_leaf->m_grad_hooks && !m_leaf->m_grad_hooks->m_entries.empty())
+        {
+            // A copy of the list: a hook may register or remove hooks on this leaf.
+            const auto entries = m_leaf->m_grad_hooks->m_entries;
+            const tensor leaf(m_leaf);
+            for (const auto& e : entries)
+                if (!e->m_removed)
+                    e->m_fn(leaf);
+        }
         return {};
     }
 

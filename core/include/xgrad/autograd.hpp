@@ -72,7 +72,8 @@ namespace xgrad
         std::vector<tensor_meta> m_outputs;
     };
 
-    /// Accumulates incoming gradient into a leaf's `grad()`.
+    /// Accumulates incoming gradient into a leaf's `grad()`, then runs the leaf's
+    /// gradient-accumulation hooks (register_grad_accumulated_hook).
     class accumulate_grad final : public node
     {
     public:
@@ -149,6 +150,56 @@ namespace xgrad
     /// floating point never require grad.
     void record(std::string name, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs,
                 function_node::backward_type backward);
+
+    // --- gradient-accumulation hooks --------------------------------------------------------
+    // A hook registered on a leaf runs inside backward(), right after the leaf's grad() was
+    // updated: what a data-parallel wrapper needs to start reducing a gradient while the rest
+    // of the backward pass goes on.
+    //
+    // When it runs: once per backward() call (or tensor::backward) per leaf that the outputs
+    // depend on, with grad() already holding the sum of the gradients of every path to the
+    // leaf. The engine sums the gradients arriving along each incoming edge (a leaf used twice
+    // in the graph, or given twice among the outputs) before it accumulates, so a hook never
+    // sees a partial sum of one backward; a second backward() runs it again (grad() then holds
+    // both). A leaf reached only through inputs whose backward gave no gradient is not
+    // accumulated and its hooks do not run. grad() (the function) writes no leaf's grad() and
+    // runs no hook. With create_graph
+    // the hook runs in grad mode, and grad() is the differentiable sum.
+    //
+    // The hook receives the leaf (a handle to the same tensor). It must not capture that leaf
+    // itself: the leaf owns its hooks, so the capture would keep the leaf alive forever. Hooks
+    // run in registration order, on the thread running backward; one registered or removed by
+    // a hook takes effect from the next accumulation (a removed hook that has not run yet does
+    // not run). An exception thrown by a hook propagates out of backward(), whose remaining
+    // leaves are then not accumulated. Registering, removing and backward() on the same leaf
+    // must not race (like any change to a tensor's autograd metadata).
+    //
+    // A leaf without hooks pays one pointer test per accumulation.
+    using grad_accumulated_hook_type = std::function<void(const tensor& leaf)>;
+
+    /// Removes the hook it was returned for. Copyable; destroying a handle leaves the hook in
+    /// place (call remove()).
+    class grad_hook_handle
+    {
+    public:
+        grad_hook_handle() = default;
+        /// Unregisters the hook. Idempotent; a no-op for an empty handle or a dead leaf.
+        void remove() noexcept;
+        /// True while the hook is registered on a live leaf.
+        bool active() const noexcept;
+
+        struct entry;
+        explicit grad_hook_handle(std::weak_ptr<entry> e) noexcept : m_entry(std::move(e)) {}
+
+    private:
+        std::weak_ptr<entry> m_entry;
+    };
+
+    /// Registers `hook` on `leaf`: a defined leaf tensor (no grad_fn) that requires grad, and a
+    /// non-empty function; anything else throws xgrad::invalid_argument naming what was wrong.
+    /// The hook belongs to this tensor (this tensor_impl): a new value stored in the leaf's
+    /// place (module::set_parameter, an optimizer step) has no hooks.
+    grad_hook_handle register_grad_accumulated_hook(const tensor& leaf, grad_accumulated_hook_type hook);
 
     // --- running backward ------------------------------------------------------------------
     /// Gradients of `outputs` w.r.t. `inputs`, like torch.autograd.grad. grad_outputs defaults

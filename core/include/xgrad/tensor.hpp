@@ -22,6 +22,7 @@ namespace xgrad
     using strides_type = std::vector<std::int64_t>;
 
     class node;
+    struct grad_hooks; // a leaf's gradient-accumulation hooks (xgrad/autograd.hpp)
 
     /// Device memory owned by one or more tensors. Allocated and freed by the device's backend.
     class storage
@@ -52,10 +53,11 @@ namespace xgrad
         xgrad::dtype m_dtype = xgrad::dtype::float32;
 
         bool m_requires_grad = false;
-        std::shared_ptr<tensor_impl> m_grad;    // accumulated gradient of a leaf
-        std::shared_ptr<node> m_grad_fn;        // producer of a non-leaf
-        int m_output_nr = 0;                    // which output of m_grad_fn this is
-        std::weak_ptr<node> m_grad_accumulator; // the leaf's accumulate node, while a graph uses it
+        std::shared_ptr<tensor_impl> m_grad;      // accumulated gradient of a leaf
+        std::shared_ptr<node> m_grad_fn;          // producer of a non-leaf
+        int m_output_nr = 0;                      // which output of m_grad_fn this is
+        std::weak_ptr<node> m_grad_accumulator;   // the leaf's accumulate node, while a graph uses it
+        std::shared_ptr<grad_hooks> m_grad_hooks; // run after each accumulation; null without hooks
     };
 
     class tensor

@@ -427,6 +427,8 @@ namespace xgrad::distributed
         }
     };
 
+    // Defined here, where state is complete (a default in the header would need its destructor).
+    pending_all_reduce::pending_all_reduce() noexcept = default;
     pending_all_reduce::pending_all_reduce(std::unique_ptr<state> s) noexcept : m_state(std::move(s)) {}
     pending_all_reduce::pending_all_reduce(pending_all_reduce&&) noexcept = default;
     pending_all_reduce& pending_all_reduce::operator=(pending_all_reduce&& other) noexcept

@@ -120,7 +120,7 @@ namespace xgrad::distributed
     class pending_all_reduce
     {
     public:
-        pending_all_reduce() = default;
+        pending_all_reduce() noexcept; // not valid(): nothing in flight
         ~pending_all_reduce(); // waits if still in flight
         pending_all_reduce(pending_all_reduce&&) noexcept;
         pending_all_reduce& operator=(pending_all_reduce&&) noexcept;

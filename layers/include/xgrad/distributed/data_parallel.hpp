@@ -13,19 +13,32 @@
 //   }
 //
 // Construction checks that every rank has the same parameter and buffer names, shapes and
-// dtypes (one all_gather of a digest, then, on a mismatch, of the listing, so the error names
-// the first differing entry and the ranks), throwing the same xgrad::invalid_argument on every
-// rank; then broadcasts every parameter and buffer from rank 0.
+// dtypes, the same parameters requiring grad, and the same bucket_cap_bytes and
+// broadcast_buffers (one all_gather of a digest, then, on a mismatch, of the listing, so the
+// error names the first differing entry and the ranks), throwing the same
+// xgrad::invalid_argument on every rank; then broadcasts every parameter and buffer from rank 0
+// (one broadcast per dtype; the other ranks' tensors are replaced through set_parameter /
+// set_buffer, rank 0 keeps its own). A group of one skips both.
 //
 // Gradients: the parameters that require grad are grouped in buckets of at most
 // bucket_cap_bytes (in reverse registration order, the order backward tends to produce them;
-// one dtype per bucket). forward() hooks each parameter's gradient accumulation: when every
-// parameter of a bucket has its gradient, the bucket's gradients are copied into one flat
-// buffer and its all-reduce starts (all_reduce_async, mean), while backward goes on with the
-// rest of the graph. synchronize() starts the buckets still waiting (a parameter that got no
-// gradient this step contributes zeros), waits for all, and sets each parameter's grad() to
-// its slice of the averaged buffer (new storage each step). The result equals the mean of
-// the ranks' gradients up to the order of summation.
+// one dtype and device per bucket). forward() hooks each parameter's gradient accumulation
+// (register_grad_accumulated_hook): when every parameter of a bucket has its gradient, the
+// bucket's gradients are copied into one flat CPU buffer (device gradients through the host;
+// float16/bfloat16 ones in float32) and its all-reduce starts (all_reduce_async, mean), while
+// backward goes on with the rest of the graph. Buckets start in the same order on every rank
+// (a complete bucket waits for the ones before it), as MPI's non-blocking collectives require.
+// synchronize() starts the buckets still waiting (a parameter that got no gradient this step
+// on this rank contributes zeros), waits for all, and sets each parameter's grad() to its
+// slice of the averaged buffer (new storage each step; a view of it for CPU parameters). A
+// parameter that no rank's backward reached keeps its grad() as it was (undefined after
+// zero_grad), as in one process: each bucket carries a flag per parameter for that. The result
+// equals the mean of the ranks' gradients up to the order of summation (exactly, for 2 ranks).
+//
+// A step begins at forward() in grad mode (or at the first hooked accumulation) and ends at
+// synchronize(). With overlap, one backward per step: a second gradient into a parameter whose
+// bucket has started throws std::logic_error out of that backward. With overlap false, several
+// backward passes may accumulate into grad() before one synchronize() (gradient accumulation).
 //
 // Uneven batches: the mean over ranks weighs every rank equally. A rank whose batch is smaller
 // (the last batch of an epoch) or empty must scale its loss so that the mean is the gradient of
@@ -37,7 +50,8 @@
 // nn::sync_batch_norm2d the running statistics are identical on every rank anyway.
 //
 // Every rank must call forward(), backward and synchronize() the same number of times, in
-// the same order, with the same parameters requiring grad.
+// the same order, with the same parameters requiring grad. Call the model through forward():
+// the hooks follow the parameters only there.
 #include <cstdint>
 #include <memory>
 
@@ -62,8 +76,9 @@ namespace xgrad::distributed
     struct data_parallel_stats
     {
         std::int64_t buckets = 0;
-        /// Gradient bytes all-reduced per step (each rank sends and receives about twice this in
-        /// a ring all-reduce).
+        /// Bytes all-reduced per step: the buckets' buffers, i.e. the gradients in their compute
+        /// dtype plus one flag per parameter (each rank sends and receives about twice this in a
+        /// ring all-reduce).
         std::int64_t bytes = 0;
         /// Buckets whose all-reduce started during backward (the rest started in synchronize()).
         std::int64_t buckets_overlapped = 0;
@@ -88,13 +103,18 @@ namespace xgrad::distributed
         distributed_data_parallel& operator=(const distributed_data_parallel&) = delete;
 
         /// Broadcasts the buffers (broadcast_buffers), (re)attaches the hooks to the current
-        /// parameters (an optimizer step replaces them), then returns model(x).
+        /// parameters (an optimizer step replaces them), then returns model(x). Throws
+        /// std::logic_error when the parameters that require grad are not those of construction
+        /// (the buckets are fixed then), or when a parameter that this step's backward already
+        /// reached was replaced before synchronize().
         tensor forward(const tensor& x);
         tensor operator()(const tensor& x) { return forward(x); }
 
-        /// Completes this step's gradient all-reduce (see above). Idempotent; a no-op before any
-        /// backward. Throws std::logic_error when called on one rank with a different parameter
-        /// set than at forward().
+        /// Completes this step's gradient all-reduce (see above) and fills last_stats().
+        /// Idempotent; a no-op outside a step (before any forward or backward, or after the
+        /// step's synchronize()). Throws std::logic_error, before starting the buckets still
+        /// waiting, when the model's parameters are not the tensors forward() hooked (replaced
+        /// in between); the step is then abandoned.
         void synchronize();
 
         nn::module& module() noexcept { return *m_model; }
