@@ -3,6 +3,8 @@
 // written here: the op's node differentiates y.
 #include "xgrad/layers/batch_norm.hpp"
 
+#include "batch_norm_checks.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -27,27 +29,94 @@ namespace xgrad::nn
         std::string quoted(const std::string& s) { return "\"" + s + "\""; }
     }
 
-    batch_norm_base::batch_norm_base(options_type options, std::int64_t rank, std::string_view name)
-        : m_options(std::move(options)), m_rank(rank), m_name(name)
+    // --- shared with sync_batch_norm2d (batch_norm_checks.hpp) ---------------------------------
+
+    std::string detail::check_batch_norm_options(batch_norm_options& options, std::int64_t rank)
     {
         const std::string first = rank == 4 ? "NCHW" : "NCDHW", last = rank == 4 ? "NHWC" : "NDHWC";
-        std::string& format = m_options.data_format;
+        std::string& format = options.data_format;
         if (format.empty())
             format = first;
         if (format != first && format != last)
-            fail("data_format must be " + quoted(first) + " or " + quoted(last) + ", got " + quoted(format));
-        m_channel_dim = format == last ? rank - 1 : 1;
-        if (m_options.num_features < 1)
-            fail("num_features must be at least 1, got " + std::to_string(m_options.num_features));
-        if (!std::isfinite(m_options.eps) || m_options.eps < 0)
-            fail("eps must be finite and >= 0, got " + std::to_string(m_options.eps));
-        if (m_options.momentum &&
-            (!std::isfinite(*m_options.momentum) || *m_options.momentum < 0 || *m_options.momentum > 1))
-            fail("momentum must be in [0, 1] (or nullopt for a cumulative average), got " +
-                 std::to_string(*m_options.momentum));
-        const xgrad::dtype dt = m_options.dtype;
+            return "data_format must be " + quoted(first) + " or " + quoted(last) + ", got " + quoted(format);
+        if (options.num_features < 1)
+            return "num_features must be at least 1, got " + std::to_string(options.num_features);
+        if (!std::isfinite(options.eps) || options.eps < 0)
+            return "eps must be finite and >= 0, got " + std::to_string(options.eps);
+        if (options.momentum && (!std::isfinite(*options.momentum) || *options.momentum < 0 || *options.momentum > 1))
+            return "momentum must be in [0, 1] (or nullopt for a cumulative average), got " +
+                   std::to_string(*options.momentum);
+        const xgrad::dtype dt = options.dtype;
         if (dt != xgrad::dtype::float32 && dt != xgrad::dtype::float64)
-            fail("the parameter dtype must be float32 or float64, got " + std::string(xgrad::name(dt)));
+            return "the parameter dtype must be float32 or float64, got " + std::string(xgrad::name(dt));
+        return {};
+    }
+
+    std::int64_t detail::batch_norm_channel_dim(const batch_norm_options& options, std::int64_t rank)
+    {
+        return options.data_format == (rank == 4 ? "NHWC" : "NDHWC") ? rank - 1 : 1;
+    }
+
+    std::string detail::check_batch_norm_input(const tensor& x, const batch_norm_options& options, std::int64_t rank,
+                                               std::int64_t channel_dim)
+    {
+        const std::string& format = options.data_format;
+        if (!x.defined())
+            return "the input is an undefined tensor";
+        if (x.dim() != rank)
+            return "expected a rank-" + std::to_string(rank) + " input " + layout_string(format) + " (data_format " +
+                   format + "), got shape " + shape_to_string(x.shape());
+        const std::int64_t channels = x.size(channel_dim);
+        if (channels != options.num_features)
+            return "expected " + std::to_string(options.num_features) + " channels in dimension " +
+                   std::to_string(channel_dim) + " of " + layout_string(format) + " (data_format " + format +
+                   "), got an input of shape " + shape_to_string(x.shape()) + " with " + std::to_string(channels);
+        const xgrad::dtype xdt = x.dtype(), pdt = options.dtype;
+        if (!is_floating(xdt))
+            return "the input must be floating point, got dtype " + std::string(xgrad::name(xdt));
+        const xgrad::dtype want = xdt == xgrad::dtype::float64 ? xgrad::dtype::float64 : xgrad::dtype::float32;
+        if (pdt != want)
+            return "an input of dtype " + std::string(xgrad::name(xdt)) + " needs " + std::string(xgrad::name(want)) +
+                   " parameters, but the layer's are " + std::string(xgrad::name(pdt)) + " (options.dtype)";
+        if (x.device() != options.device)
+            return "the input is on " + to_string(x.device()) + " but the layer's tensors are on " +
+                   to_string(options.device);
+        return {};
+    }
+
+    float detail::batch_norm_update_factor(const batch_norm_options& options, std::int64_t batches)
+    {
+        return options.momentum ? *options.momentum : static_cast<float>(1.0 / static_cast<double>(batches));
+    }
+
+    std::string detail::describe_batch_norm(std::string_view name, const batch_norm_options& options,
+                                            const std::string& extra)
+    {
+        std::ostringstream s;
+        s << name << "(" << options.num_features << ", eps=" << options.eps << ", momentum=";
+        if (options.momentum)
+            s << *options.momentum;
+        else
+            s << "cumulative";
+        if (!options.affine)
+            s << ", affine=false";
+        if (!options.track_running_stats)
+            s << ", track_running_stats=false";
+        s << ", " << options.data_format;
+        if (!extra.empty())
+            s << ", " << extra;
+        s << ")";
+        return s.str();
+    }
+
+    batch_norm_base::batch_norm_base(options_type options, std::int64_t rank, std::string_view name)
+        : m_options(std::move(options)), m_rank(rank), m_name(name)
+    {
+        const std::string problem = detail::check_batch_norm_options(m_options, rank);
+        if (!problem.empty())
+            fail(problem);
+        m_channel_dim = detail::batch_norm_channel_dim(m_options, rank);
+        const xgrad::dtype dt = m_options.dtype;
 
         const shape_type c{m_options.num_features};
         const xgrad::device dev = m_options.device;
@@ -117,44 +186,12 @@ namespace xgrad::nn
 
     void batch_norm_base::check_input(const tensor& x) const
     {
-        const std::string& format = m_options.data_format;
-        if (!x.defined())
-            fail("the input is an undefined tensor");
-        if (x.dim() != m_rank)
-            fail("expected a rank-" + std::to_string(m_rank) + " input " + layout_string(format) + " (data_format " +
-                 format + "), got shape " + shape_to_string(x.shape()));
-        const std::int64_t channels = x.size(m_channel_dim);
-        if (channels != m_options.num_features)
-            fail("expected " + std::to_string(m_options.num_features) + " channels in dimension " +
-                 std::to_string(m_channel_dim) + " of " + layout_string(format) + " (data_format " + format +
-                 "), got an input of shape " + shape_to_string(x.shape()) + " with " + std::to_string(channels));
-        const xgrad::dtype xdt = x.dtype(), pdt = m_options.dtype;
-        if (!is_floating(xdt))
-            fail("the input must be floating point, got dtype " + std::string(xgrad::name(xdt)));
-        const xgrad::dtype want = xdt == xgrad::dtype::float64 ? xgrad::dtype::float64 : xgrad::dtype::float32;
-        if (pdt != want)
-            fail("an input of dtype " + std::string(xgrad::name(xdt)) + " needs " + std::string(xgrad::name(want)) +
-                 " parameters, but the layer's are " + std::string(xgrad::name(pdt)) + " (options.dtype)");
-        if (x.device() != m_options.device)
-            fail("the input is on " + to_string(x.device()) + " but the layer's tensors are on " +
-                 to_string(m_options.device));
+        const std::string problem = detail::check_batch_norm_input(x, m_options, m_rank, m_channel_dim);
+        if (!problem.empty())
+            fail(problem);
     }
 
-    std::string batch_norm_base::describe() const
-    {
-        std::ostringstream s;
-        s << m_name << "(" << m_options.num_features << ", eps=" << m_options.eps << ", momentum=";
-        if (m_options.momentum)
-            s << *m_options.momentum;
-        else
-            s << "cumulative";
-        if (!m_options.affine)
-            s << ", affine=false";
-        if (!m_options.track_running_stats)
-            s << ", track_running_stats=false";
-        s << ", " << m_options.data_format << ")";
-        return s.str();
-    }
+    std::string batch_norm_base::describe() const { return detail::describe_batch_norm(m_name, m_options); }
 
     tensor batch_norm_base::forward(const tensor& x) { return run(x, false); }
 
@@ -179,8 +216,7 @@ namespace xgrad::nn
         if (update)
         {
             batches = num_batches_tracked().item<std::int64_t>() + 1;
-            attrs.exponential_avg_factor = m_options.momentum ? *m_options.momentum
-                                                              : static_cast<float>(1.0 / static_cast<double>(batches));
+            attrs.exponential_avg_factor = detail::batch_norm_update_factor(m_options, batches);
         }
         const tensor sc = m_options.affine ? scale() : m_unit_scale;
         const tensor oc = m_options.affine ? offset() : m_zero_offset;

@@ -160,6 +160,25 @@ namespace xgrad::nn
 
     module::named_modules_type module::named_children() const { return m_children; }
 
+    // --- structure ------------------------------------------------------------------------
+
+    void module::replace_child(const std::string& name, std::shared_ptr<module> child)
+    {
+        const auto it = std::find_if(m_children.begin(), m_children.end(),
+                                     [&name](const named_module_type& entry) { return entry.first == name; });
+        if (it == m_children.end())
+            fail("replace_child: no direct child module named " + quoted(name));
+        if (!child)
+            fail("replace_child: the new child module " + quoted(name) + " is null");
+        if (child->contains(this))
+            fail("replace_child: the new child module " + quoted(name) +
+                 " contains this module (modules must form a tree)");
+        it->second = child;
+        child_replaced(name, child);
+    }
+
+    void module::child_replaced(const std::string&, const std::shared_ptr<module>&) {}
+
     // --- access by name -------------------------------------------------------------------
 
     const module::slot* module::find(const std::string& name, bool params) const

@@ -22,6 +22,12 @@
 // xgrad's ops and functional::all_reduce (whose gradient is an all-reduce), so gradients of
 // every order are correct; every rank must take part in each backward.
 //
+// Communication per training step, with C channels and K ranks: forward, one all_gather of
+// (2C + 1) float64 values per rank ((2C + 1)·8·K bytes received), after comm's small agreement
+// check; backward, one all-reduce of 2C values of the statistics dtype (2C·4 bytes for float32)
+// without a second check (the forward established that the ranks agree). A backward with
+// create_graph runs the composite instead: two all-reduces of C values forward, two back.
+//
 // dtypes and layouts: those of xgrad::fused_batch_norm (x float16, bfloat16, float32 with
 // float32 per-channel tensors, or float64 throughout; NCHW, NHWC, NCDHW, NDHWC). Errors:
 // those of fused_batch_norm, plus ranks that disagree on C or dtypes (xgrad::invalid_argument

@@ -87,6 +87,16 @@ namespace xgrad::nn
         /// The direct children, in registration order.
         named_modules_type named_children() const;
 
+        // --- structure -----------------------------------------------------------------------
+        /// Replaces the direct child `name` by `child` in the same place, so the registration
+        /// order and every other name stay as they were (the new child's own tensors are listed
+        /// under "name." instead of the old one's). This is how convert_sync_batch_norm swaps
+        /// layers in a built model. Throws xgrad::invalid_argument naming this module and the
+        /// name when there is no direct child `name`, when `child` is null, or when `child`
+        /// contains this module (modules must form a tree); nothing changes then. Afterwards
+        /// calls child_replaced(name, child).
+        void replace_child(const std::string& name, std::shared_ptr<module> child);
+
         // --- access by full name ("scale", "block.bn.running_mean") --------------------------
         bool has_parameter(const std::string& name) const;
         bool has_buffer(const std::string& name) const;
@@ -145,6 +155,12 @@ namespace xgrad::nn
         /// Called by to(dev) after the parameters and buffers moved: a module that keeps other
         /// device state (constants, its options' device) moves it here. Default: nothing.
         virtual void moved_to(device dev);
+
+        /// Called by replace_child after the swap. A module that also keeps its own pointer to a
+        /// child (to call it in forward) overrides this to update that pointer; one that reaches
+        /// its children through named_children(), as nn::sequential does, needs nothing.
+        /// Default: nothing.
+        virtual void child_replaced(const std::string& name, const std::shared_ptr<module>& child);
 
         /// Throws xgrad::invalid_argument("<type_name()>: <what>").
         [[noreturn]] void fail(const std::string& what) const;

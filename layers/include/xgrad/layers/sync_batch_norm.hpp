@@ -4,18 +4,32 @@
 //
 // Parameters and buffers have batch_norm2d's names, shapes and dtypes ("scale", "offset",
 // "running_mean", "running_var", "num_batches_tracked"), so checkpoints move between the two.
-// Training mode: y from distributed::sync_batch_norm; the running statistics are updated with
-// the global mean and the global unbiased variance (Bessel's correction with the global count),
-// so they are identical on every rank. Eval mode, and training without track_running_stats'
-// buffers being read: exactly batch_norm2d's (local, no communication in eval).
+// Options and input checks are batch_norm2d's.
+//
+// Training mode: y from distributed::sync_batch_norm, a collective: every rank of the group
+// calls forward (and later backward) together, a rank with an empty batch (N = 0) included.
+// When track_running_stats, the running statistics are updated as batch_norm2d updates them,
+// with the global mean and the global unbiased variance (Bessel's correction with the global
+// count) in place of the local batch's, so they are identical on every rank. The global batch
+// must have more than one value per channel (else xgrad::invalid_argument on every rank); one
+// rank alone may have one, or none.
+// Eval mode: exactly batch_norm2d's, local, no communication: the running statistics, or,
+// without track_running_stats, this rank's own batch statistics (as PyTorch's SyncBatchNorm).
+// The input checks run on each rank before any communication; inputs that pass them on every
+// rank but disagree between ranks (channels, dtype) throw on every rank (the op's checks).
 //
 // convert_sync_batch_norm(model) replaces every batch_norm2d in the model's tree (children of
-// any depth) by a sync_batch_norm2d with the same options and values, like PyTorch's
-// convert_sync_batchnorm; it returns the model itself (or, when the model is a batch_norm2d,
-// its replacement). nn::sequential's batch-norm + ReLU fusion does not apply to the converted
-// layers (they run batch norm, then ReLU).
+// any depth) by a sync_batch_norm2d with the same options, values, requires_grad flags and
+// training mode, like PyTorch's convert_sync_batchnorm, through module::replace_child, so every
+// name (and so the state dict's keys) stays the same; a batch_norm2d registered in several
+// places becomes one sync_batch_norm2d. It returns the model itself (or, when the model is a
+// batch_norm2d, its replacement). A custom module that calls a child through its own pointer
+// member must update it in module::child_replaced (nn::sequential needs nothing).
+// nn::sequential's batch-norm + ReLU fusion does not apply to the converted layers (they run
+// batch norm, then ReLU).
 //
 // Errors: those of batch_norm2d, and those of distributed::sync_batch_norm.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,10 +59,16 @@ namespace xgrad::nn
         const options_type& options() const noexcept { return m_options; }
         const distributed::process_group& group() const noexcept { return m_group; }
 
+    protected:
+        /// The options' device and the constants follow the parameters to `dev`.
+        void moved_to(device dev) override;
+
     private:
         options_type m_options;
         distributed::process_group m_group;
-        // private state as the implementation needs (constants for !affine, ...)
+        std::int64_t m_channel_dim = 1;
+        tensor m_unit_scale, m_zero_offset; // the constants used when !affine
+        tensor m_no_stats;                  // [0]: the op's unread mean/variance
     };
 
     /// See above. model not null (else xgrad::invalid_argument).
