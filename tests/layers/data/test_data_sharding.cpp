@@ -68,8 +68,8 @@ TEST_CASE("sharding: the ranks' batches of a step, concatenated in rank order, a
                         ranks.push_back(std::make_unique<data_loader>(ds, sharded(b, replicas, r, drop_last)));
                         CHECK(ranks.back()->batches_per_epoch() == whole.batches_per_epoch());
                     }
-                    const std::int64_t expected_steps =
-                        drop_last ? n / (replicas * b) : (n + replicas * b - 1) / (replicas * b);
+                    const std::int64_t expected_steps = drop_last ? n / (replicas * b)
+                                                                  : (n + replicas * b - 1) / (replicas * b);
                     CHECK(whole.batches_per_epoch() == expected_steps);
                     for (const std::int64_t epoch : {0, 1, 2})
                     {
@@ -150,15 +150,19 @@ TEST_CASE("sharding: ranks past the examples of the last step get empty batches 
 TEST_CASE("sharding: bad replica counts, ranks and steps are refused with the values")
 {
     const auto ds = make_dataset(10);
-    CHECK_ERROR(data_loader(ds, sharded(4, 0, 0, false)), xgrad::invalid_argument, "data_loader: num_replicas must be >= 1, got 0");
-    CHECK_ERROR(data_loader(ds, sharded(4, 2, -1, false)), xgrad::invalid_argument, "data_loader: rank must be in [0, num_replicas) = [0, 2), got -1");
-    CHECK_ERROR(data_loader(ds, sharded(4, 2, 2, false)), xgrad::invalid_argument, "data_loader: rank must be in [0, num_replicas) = [0, 2), got 2");
+    CHECK_ERROR(data_loader(ds, sharded(4, 0, 0, false)), xgrad::invalid_argument,
+                "data_loader: num_replicas must be >= 1, got 0");
+    CHECK_ERROR(data_loader(ds, sharded(4, 2, -1, false)), xgrad::invalid_argument,
+                "data_loader: rank must be in [0, num_replicas) = [0, 2), got -1");
+    CHECK_ERROR(data_loader(ds, sharded(4, 2, 2, false)), xgrad::invalid_argument,
+                "data_loader: rank must be in [0, num_replicas) = [0, 2), got 2");
     const std::int64_t big = std::numeric_limits<std::int64_t>::max() / 2 + 1;
     CHECK_ERROR(data_loader(ds, sharded(big, 2, 1, false)), xgrad::invalid_argument, "num_replicas * batch_size");
     data_loader loader(ds, sharded(4, 2, 1, false)); // steps of 8: 8 and 2
     CHECK(loader.batches_per_epoch() == 2);
     CHECK(loader.global_batch_size(0) == 8);
     CHECK(loader.global_batch_size(1) == 2);
-    CHECK_ERROR(loader.global_batch_size(2), xgrad::invalid_argument, "data_loader: global_batch_size: step must be in [0, batches_per_epoch()) = [0, 2), got 2");
+    CHECK_ERROR(loader.global_batch_size(2), xgrad::invalid_argument,
+                "data_loader: global_batch_size: step must be in [0, batches_per_epoch()) = [0, 2), got 2");
     CHECK_ERROR(loader.global_batch_size(-1), xgrad::invalid_argument, "got -1");
 }
