@@ -12,5 +12,6 @@
 #include "xgrad/layers/module.hpp"
 #include "xgrad/layers/pool.hpp"
 #include "xgrad/layers/sequential.hpp"
+#include "xgrad/layers/sync_batch_norm.hpp"
 #include "xgrad/optim/lr_scheduler.hpp"
 #include "xgrad/optim/optimizer.hpp"

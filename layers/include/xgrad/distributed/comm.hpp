@@ -121,7 +121,7 @@ namespace xgrad::distributed
     {
     public:
         pending_all_reduce() noexcept; // not valid(): nothing in flight
-        ~pending_all_reduce(); // waits if still in flight
+        ~pending_all_reduce();         // waits if still in flight
         pending_all_reduce(pending_all_reduce&&) noexcept;
         pending_all_reduce& operator=(pending_all_reduce&&) noexcept;
         pending_all_reduce(const pending_all_reduce&) = delete;
