@@ -191,6 +191,9 @@ namespace xgrad::nn
             fail(problem);
     }
 
+    tensor batch_norm_base::effective_scale() const { return m_options.affine ? scale() : m_unit_scale; }
+    tensor batch_norm_base::effective_offset() const { return m_options.affine ? offset() : m_zero_offset; }
+
     std::string batch_norm_base::describe() const { return detail::describe_batch_norm(m_name, m_options); }
 
     tensor batch_norm_base::forward(const tensor& x) { return run(x, false); }
@@ -218,8 +221,8 @@ namespace xgrad::nn
             batches = num_batches_tracked().item<std::int64_t>() + 1;
             attrs.exponential_avg_factor = detail::batch_norm_update_factor(m_options, batches);
         }
-        const tensor sc = m_options.affine ? scale() : m_unit_scale;
-        const tensor oc = m_options.affine ? offset() : m_zero_offset;
+        const tensor sc = effective_scale();
+        const tensor oc = effective_offset();
         const tensor mean = track ? running_mean() : m_no_stats;
         const tensor variance = track ? running_var() : m_no_stats;
 

@@ -127,7 +127,8 @@ namespace
             const tensor y = xgrad::slice(data.labels, 0, start + lo, start + hi);
             start += n;
             const tensor local_sum = xgrad::cross_entropy(ddp.forward(x), y, xgrad::reduction::sum);
-            const tensor loss = xgrad::mul(local_sum, xgrad::full({}, static_cast<double>(group.size()) / n, dtype::float64));
+            const tensor loss = xgrad::mul(local_sum,
+                                           xgrad::full({}, static_cast<double>(group.size()) / n, dtype::float64));
             model->zero_grad();
             loss.backward();
             ddp.synchronize();

@@ -376,3 +376,28 @@ TEST_CASE("module::replace_child: in place, with checks")
     CHECK(h->named_children()[0].second == fresh); // unchanged after the errors
     CHECK(h->replaced == 1);
 }
+
+TEST_CASE("sync_batch_norm2d: forward_relu is relu of the synchronised forward, not a local fused one")
+{
+    // Each rank's rows of one global batch; the local statistics differ from the global ones,
+    // so a forward_relu that fell back to batch_norm2d's local fused path would differ.
+    const int k = dist::world_size();
+    const int me = dist::rank();
+    xgrad::generator gen(3);
+    const tensor global = xgrad::randn({4 * k, 3, 2, 2}, gen, dtype::float64);
+    const tensor mine = xgrad::slice(global, 0, 4 * me, 4 * me + 4);
+    const tensor shifted = xgrad::add(mine, xgrad::full({}, 0.5 * me, dtype::float64));
+    nn::batch_norm_options o(3);
+    o.dtype = dtype::float64;
+    nn::sync_batch_norm2d a(o), b(o);
+    const tensor y = xgrad::relu(a.forward(shifted));
+    const tensor yr = b.forward_relu(shifted);
+    std::vector<double> vy(static_cast<std::size_t>(y.numel())), vr(vy.size());
+    xgrad::to_host(y, vy.data(), dtype::float64);
+    xgrad::to_host(yr, vr.data(), dtype::float64);
+    CHECK(vy == vr);
+    std::vector<double> ma(3), mb(3);
+    xgrad::to_host(a.running_mean(), ma.data(), dtype::float64);
+    xgrad::to_host(b.running_mean(), mb.data(), dtype::float64);
+    CHECK(ma == mb);
+}

@@ -119,16 +119,22 @@ namespace xgrad::nn
         void reset_parameters();
 
     protected:
-        /// rank: 4 or 5; name: "batch_norm2d" or "batch_norm3d".
+        /// rank: 4 or 5; name: "batch_norm2d", "batch_norm3d" (or a subclass's, such as
+        /// "sync_batch_norm2d").
         batch_norm_base(options_type options, std::int64_t rank, std::string_view name);
         /// The options' device and the constants follow the parameters to `dev`.
         void moved_to(device dev) override;
 
-    private:
+        /// The input checks of forward (rank, channel count, dtype, device), throwing as it does.
         void check_input(const tensor& x) const;
-        /// forward (relu false) or forward_relu (relu true).
-        tensor run(const tensor& x, bool relu);
+        /// What forward normalises with: the parameters, or the constants 1 and 0 when !affine.
+        tensor effective_scale() const;
+        tensor effective_offset() const;
+        /// forward (relu false) and forward_relu (relu true) are this one function, so a subclass
+        /// that computes its statistics elsewhere (nn::sync_batch_norm2d) overrides both at once.
+        virtual tensor run(const tensor& x, bool relu);
 
+    private:
         options_type m_options;
         std::int64_t m_rank = 4;
         std::int64_t m_channel_dim = 1;

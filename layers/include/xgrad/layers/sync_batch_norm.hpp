@@ -26,7 +26,10 @@
 // batch_norm2d, its replacement). A custom module that calls a child through its own pointer
 // member must update it in module::child_replaced (nn::sequential needs nothing).
 // nn::sequential's batch-norm + ReLU fusion does not apply to the converted layers (they run
-// batch norm, then ReLU).
+// batch norm, then ReLU); forward_relu(x), called directly, is relu(forward(x)).
+//
+// The layer is a batch_norm_base (batch_norm2d's constructor, checks, accessors, reset and
+// eval path) whose training-mode forward is the collective one.
 //
 // Errors: those of batch_norm2d, and those of distributed::sync_batch_norm.
 #include <cstdint>
@@ -40,35 +43,25 @@
 
 namespace xgrad::nn
 {
-    class sync_batch_norm2d final : public module
+    class sync_batch_norm2d final : public batch_norm_base
     {
     public:
-        using options_type = batch_norm_options;
-
         explicit sync_batch_norm2d(const options_type& options,
                                    distributed::process_group group = distributed::process_group::world());
         /// The same options and current values as `bn`.
         explicit sync_batch_norm2d(const batch_norm2d& bn,
                                    distributed::process_group group = distributed::process_group::world());
 
-        tensor forward(const tensor& x) override;
-        std::string_view type_name() const noexcept override { return "sync_batch_norm2d"; }
         /// "sync_batch_norm2d(32, eps=1e-05, momentum=0.1, NCHW, ranks=2)"
         std::string describe() const override;
-
-        const options_type& options() const noexcept { return m_options; }
         const distributed::process_group& group() const noexcept { return m_group; }
 
     protected:
-        /// The options' device and the constants follow the parameters to `dev`.
-        void moved_to(device dev) override;
+        /// Training mode: the collective forward above; eval mode: batch_norm_base's.
+        tensor run(const tensor& x, bool relu) override;
 
     private:
-        options_type m_options;
         distributed::process_group m_group;
-        std::int64_t m_channel_dim = 1;
-        tensor m_unit_scale, m_zero_offset; // the constants used when !affine
-        tensor m_no_stats;                  // [0]: the op's unread mean/variance
     };
 
     /// See above. model not null (else xgrad::invalid_argument).
