@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/distributed/mpi_job.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -22,16 +23,6 @@ namespace sync_bn_test
 {
     using namespace xgrad;
     namespace dist = xgrad::distributed;
-
-    /// MPI is joined before the first test case and left after the last (a process that ends
-    /// without MPI_Finalize is reported as a failure by the launcher). Without a launcher this
-    /// is the world of one.
-    struct job
-    {
-        job() { dist::init(); }
-        ~job() { dist::finalize(); }
-    };
-    static const job the_job;
 
     /// [begin, end) of the global batch's rows held by `rank` of `size` ranks: with two ranks
     /// the split {first, n - first}; with one rank everything; with more, even shares.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/distributed/mpi_job.hpp"
 #include "tests/support/check_error.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
@@ -34,14 +35,6 @@ using xgrad::tensor;
 
 namespace
 {
-    // MPI needs MPI_Finalize before the process exits: the static's destructor calls it after
-    // doctest's main returns.
-    struct world_guard
-    {
-        world_guard() { dist::init(); }
-        ~world_guard() { dist::finalize(); }
-    };
-    const world_guard g_world;
 
     std::uint64_t model_seed(int r) { return 100 + 17 * static_cast<std::uint64_t>(r); }
 

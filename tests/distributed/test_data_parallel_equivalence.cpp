@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/distributed/mpi_job.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/layers.hpp"
@@ -37,12 +38,6 @@ using xgrad::tensor;
 
 namespace
 {
-    struct world_guard
-    {
-        world_guard() { dist::init(); }
-        ~world_guard() { dist::finalize(); }
-    };
-    const world_guard g_world;
 
     constexpr std::int64_t per_rank_batch = 4;
     constexpr std::int64_t classes = 3;

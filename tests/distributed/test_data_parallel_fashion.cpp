@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "examples/common/fashion_model.hpp"
+#include "tests/distributed/mpi_job.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/xgrad.hpp"
@@ -32,12 +33,6 @@ using xgrad::tensor;
 
 namespace
 {
-    struct world_guard
-    {
-        world_guard() { dist::init(); }
-        ~world_guard() { dist::finalize(); }
-    };
-    const world_guard g_world;
 
     constexpr std::int64_t batch_per_rank = 32;
     constexpr int warmup_steps = 1;

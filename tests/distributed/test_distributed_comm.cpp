@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/distributed/mpi_job.hpp"
 #include "tests/support/check_error.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/distributed/comm.hpp"
@@ -23,14 +24,6 @@ using xgrad::tensor;
 
 namespace
 {
-    // The job for the whole program: MPI needs MPI_Finalize before the process exits, which the
-    // static's destructor calls after doctest's main returns.
-    struct world_guard
-    {
-        world_guard() { dist::init(); }
-        ~world_guard() { dist::finalize(); }
-    };
-    const world_guard g_world;
 
     /// Rank r's value at element i: distinct per rank and element, exact in float32.
     double value(int r, std::int64_t i) { return static_cast<double>((i % 97) - 40) * 0.5 + 1000.0 * r; }

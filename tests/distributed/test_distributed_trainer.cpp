@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/distributed/mpi_job.hpp"
 #include "tests/support/check_error.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
@@ -34,12 +35,6 @@ using namespace xgrad;
 
 namespace
 {
-    struct world_guard
-    {
-        world_guard() { dist::init(); }
-        ~world_guard() { dist::finalize(); }
-    };
-    const world_guard g_world;
 
     constexpr std::int64_t per_rank_batch = 4;
 
