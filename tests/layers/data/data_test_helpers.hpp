@@ -1,12 +1,14 @@
 #pragma once
-// Shared by the dataset tests (tests/layers/data/test_data_idx.cpp and tests/layers/data/test_data_loader.cpp, one
-// ctest executable test_data): the byte vector type and a small hand-built image dataset whose
-// pixels name their example.
+// Shared by the dataset tests (tests/layers/data/test_data_*.cpp, one ctest executable
+// test_data): the byte vector type, a small hand-built image dataset whose pixels name their
+// example, and the batches of one epoch of a loader.
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "xgrad/data/idx.hpp"
+#include "xgrad/data/loader.hpp"
 
 namespace data_test
 {
@@ -26,5 +28,15 @@ namespace data_test
                 ds->images.push_back(static_cast<std::uint8_t>((i + 3 * p) % 256));
         }
         return ds;
+    }
+
+    /// Every batch of epoch `epoch` of `loader`, in order.
+    inline std::vector<xgrad::data::batch> run_epoch(xgrad::data::data_loader& loader, std::int64_t epoch)
+    {
+        loader.start_epoch(epoch);
+        std::vector<xgrad::data::batch> out;
+        while (auto b = loader.next())
+            out.push_back(std::move(*b));
+        return out;
     }
 }

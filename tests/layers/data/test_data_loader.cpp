@@ -40,16 +40,6 @@ namespace
         return o;
     }
 
-    /// Every batch of one epoch.
-    std::vector<batch> run_epoch(data_loader& loader, std::int64_t epoch)
-    {
-        loader.start_epoch(epoch);
-        std::vector<batch> out;
-        while (auto b = loader.next())
-            out.push_back(std::move(*b));
-        return out;
-    }
-
     /// The examples of an epoch in visiting order, read from the int64 labels (label = example
     /// when classes >= size).
     std::vector<std::int64_t> order_of(const std::vector<batch>& batches)

@@ -36,14 +36,6 @@ namespace
         return o;
     }
 
-    std::vector<batch> run_epoch(data_loader& loader, std::int64_t epoch)
-    {
-        loader.start_epoch(epoch);
-        std::vector<batch> out;
-        while (auto b = loader.next())
-            out.push_back(std::move(*b));
-        return out;
-    }
 }
 
 TEST_CASE("sharding: the ranks' batches of a step, concatenated in rank order, are the one-process batch of K*B")
