@@ -7,21 +7,16 @@
 // examples are built and the launcher was found; the paths come from CMake.
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/support/run_program.hpp"
 #include "tests/support/scratch_folder.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/factories.hpp"
@@ -30,47 +25,16 @@ namespace fs = std::filesystem;
 
 namespace
 {
-    struct run_result
-    {
-        int status = -1; // exit status; -1 when killed by a signal (the 120 s alarm included)
-        std::string output;
-        double seconds = 0;
-    };
+    using test_support::run_result;
 
     /// Runs `args` (args[0] the program) with stdout and stderr into dir/output.txt, killed after
     /// 120 s. Open MPI refuses to start as root without its two consent variables; the ranks
     /// get one kernel thread each (2 ranks share the CI machines' 2 cores).
     run_result run(const std::vector<std::string>& args, const fs::path& dir)
     {
-        const fs::path log = dir / "output.txt";
-        std::vector<char*> argv;
-        for (const auto& a : args)
-            argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        const auto start = std::chrono::steady_clock::now();
-        std::fflush(nullptr);
-        const pid_t pid = fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0)
-        {
-            const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-                _exit(126);
-            setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-            setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-            setenv("XGRAD_NUM_THREADS", "1", 1);
-            alarm(120);
-            execv(argv[0], argv.data());
-            _exit(127);
-        }
-        int status = 0;
-        REQUIRE(waitpid(pid, &status, 0) == pid);
-        run_result r;
-        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        std::ifstream in(log);
-        r.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        return r;
+        return test_support::run_program(
+            args, dir,
+            {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}, {"XGRAD_NUM_THREADS", "1"}});
     }
 
     std::size_t count_of(const std::string& text, const std::string& part)

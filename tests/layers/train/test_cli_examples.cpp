@@ -5,10 +5,6 @@
 // programs' paths come from CMake.
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -17,12 +13,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "tests/support/gzip_file.hpp"
+#include "tests/support/run_program.hpp"
 #include "tests/support/scratch_folder.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/io/safetensors.hpp"
@@ -39,42 +35,14 @@ namespace
         scratch_folder() : test_support::scratch_folder("xgrad_test_cli_") {}
     };
 
-    struct run_result
-    {
-        int status = -1;      // exit status; -1 when killed by a signal (the 120 s alarm included)
-        std::string output;   // stdout and stderr
-        long peak_rss_kb = 0; // the program's peak resident set
-    };
+    using test_support::run_result;
 
     /// Runs `program` with `args`, its output into a file of `dir`, killed after 120 s.
     run_result run(const char* program, const std::vector<std::string>& args, const fs::path& dir)
     {
-        const fs::path log = dir / "output.txt";
-        std::vector<char*> argv{const_cast<char*>(program)};
-        for (const auto& a : args)
-            argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        std::fflush(nullptr);
-        const pid_t pid = fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0)
-        {
-            const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-                _exit(126);
-            alarm(120);
-            execv(program, argv.data());
-            _exit(127);
-        }
-        int status = 0;
-        rusage usage{};
-        REQUIRE(wait4(pid, &status, 0, &usage) == pid);
-        run_result r;
-        r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        r.peak_rss_kb = usage.ru_maxrss;
-        std::ifstream in(log);
-        r.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        return r;
+        std::vector<std::string> argv{program};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return test_support::run_program(argv, dir);
     }
 
     /// Checks that the run exited with `status` and printed every one of `parts`.
