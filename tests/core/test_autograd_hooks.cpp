@@ -108,6 +108,9 @@ TEST_CASE("grad() accumulates nothing and runs no hook; backward with create_gra
     CHECK(calls == 1);
     CHECK(differentiable); // the stored 3x^2 keeps its graph
     CHECK(to_vector(x.grad())[0] == doctest::Approx(3 * 1.5 * 1.5));
+    // The stored gradient's graph captures the leaf: a reference cycle (as in PyTorch), broken
+    // by clearing the gradient.
+    x.zero_grad();
 }
 
 TEST_CASE("remove() unregisters, is idempotent, and a hook removed by an earlier one does not run")
