@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -230,9 +229,7 @@ namespace xgrad::distributed
             bool m_started = false;
             bool m_done = false;
             tensor m_buffer;
-            // optional: pending_all_reduce's default constructor is defined inline in comm.hpp over
-            // an incomplete state type, so it cannot be default-constructed outside comm.cpp.
-            std::optional<pending_all_reduce> m_request;
+            pending_all_reduce m_request; // valid() once started
             clock_type::time_point m_completed;
         };
 
@@ -326,7 +323,7 @@ namespace xgrad::distributed
                 b.m_ready = 0;
                 b.m_started = b.m_done = false;
                 b.m_buffer = tensor();
-                b.m_request.reset(); // waits if a step was dropped with requests in flight
+                b.m_request = pending_all_reduce(); // waits if a step was dropped with requests in flight
             }
             m_next_start = 0;
             m_overlapped = 0;
@@ -360,7 +357,7 @@ namespace xgrad::distributed
                 m_any_started = true;
                 m_first_start = clock_type::now();
             }
-            b.m_request.emplace(all_reduce_async(b.m_buffer, reduce_op::mean, m_group));
+            b.m_request = all_reduce_async(b.m_buffer, reduce_op::mean, m_group);
             b.m_started = true;
             m_bytes += b.m_numel * static_cast<std::int64_t>(esize);
             if (from_hook)
@@ -373,7 +370,7 @@ namespace xgrad::distributed
             for (std::size_t i = 0; i < m_next_start; ++i)
             {
                 bucket& b = m_buckets[i];
-                if (!b.m_done && b.m_request->test())
+                if (!b.m_done && b.m_request.test())
                 {
                     b.m_done = true;
                     b.m_completed = clock_type::now();
@@ -508,7 +505,7 @@ namespace xgrad::distributed
             if (!b.m_done)
             {
                 const auto t0 = clock_type::now();
-                b.m_request->wait();
+                b.m_request.wait();
                 b.m_completed = clock_type::now();
                 b.m_done = true;
                 waited += seconds(b.m_completed - t0);
