@@ -18,6 +18,9 @@ namespace xgrad::detail
     tensor raw_cast(const tensor& x, dtype dt);
     /// x as a contiguous tensor (x itself when already contiguous). Not recorded.
     tensor raw_contiguous(const tensor& x);
+    /// x copied into new contiguous storage (even when x is contiguous), for outputs that must
+    /// not alias their inputs and for buffers written in place. Not recorded.
+    tensor copy_of(const tensor& x);
     /// Resolves a possibly negative dim against ndim; throws naming `what` and the shape.
     std::int64_t normalize_dim(std::int64_t d, std::int64_t ndim, const char* what, const shape_type& shape);
     /// Throws std::invalid_argument unless x is defined and floating point.

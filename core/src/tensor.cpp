@@ -249,10 +249,10 @@ namespace xgrad
             return out;
         }
 
-        tensor raw_contiguous(const tensor& x)
+        tensor raw_contiguous(const tensor& x) { return x.is_contiguous() ? x : copy_of(x); }
+
+        tensor copy_of(const tensor& x)
         {
-            if (x.is_contiguous())
-                return x;
             tensor out = detail::empty(x.shape(), x.dtype(), x.device());
             copy_into(out, x);
             return out;

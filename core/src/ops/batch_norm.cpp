@@ -33,28 +33,11 @@ namespace xgrad
         /// The empty [0] placeholder outputs.
         tensor placeholder(dtype sdt, device dev) { return zeros({0}, sdt, dev); }
 
-        /// A copy in new storage (outputs never alias inputs or each other).
-        tensor copy_of(const tensor& t)
-        {
-            tensor c = detail::empty(t.shape(), t.dtype(), t.device());
-            detail::copy_into(c, t);
-            return c;
-        }
-
         /// r = 1/sqrt(var + eps) on a [C] vector (statistics dtype).
         tensor inv_std(const tensor& var, float eps) { return rsqrt(var + static_cast<double>(eps)); }
 
         const detail::backend_kernels& bn_kernels(const tensor& x) { return detail::backend_for(x.device()); }
 
-        /// A recorded identity: a new node whose gradient flows unchanged into x. Lets a backward
-        /// rebuild a function of its inputs and differentiate it w.r.t. exactly those uses.
-        tensor identity(const tensor& x)
-        {
-            tensor y = detail::alias(x, x.shape(), x.strides(), x.offset());
-            record("identity", {x}, {y},
-                   [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{g[0]}; });
-            return y;
-        }
     }
 
     namespace
@@ -92,7 +75,7 @@ namespace xgrad
                 }
                 else if (f == 1.0)
                 {
-                    out.batch_mean = copy_of(m);
+                    out.batch_mean = detail::copy_of(m);
                     out.batch_variance = v * k;
                 }
                 else
@@ -115,10 +98,10 @@ namespace xgrad
                 const tensor mc = detail::raw_contiguous(mean), vc = detail::raw_contiguous(variance);
                 bn_kernels(x).bn_normalize(out.y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), mc.data_ptr(),
                                            vc.data_ptr(), attrs.epsilon, relu, x.dtype(), L.outer, L.C, L.inner);
-                out.batch_mean = copy_of(mc);
-                out.batch_variance = copy_of(vc);
-                out.reserve_space_1 = copy_of(mc);
-                out.reserve_space_2 = copy_of(vc);
+                out.batch_mean = detail::copy_of(mc);
+                out.batch_variance = detail::copy_of(vc);
+                out.reserve_space_1 = detail::copy_of(mc);
+                out.reserve_space_2 = detail::copy_of(vc);
             }
             out.reserve_space_3 = placeholder(sdt, x.device());
             return out;
@@ -200,7 +183,7 @@ namespace xgrad
                                             x.dtype(), L.outer, L.C, L.inner);
             }
             r.scale_backprop = sums.sum_dy_xc * inv_std(reserve_space_2, epsilon);
-            r.offset_backprop = copy_of(sums.sum_dy);
+            r.offset_backprop = detail::copy_of(sums.sum_dy);
             r.placeholder_1 = placeholder(sdt, x.device());
             r.placeholder_2 = placeholder(sdt, x.device());
             return r;
@@ -371,7 +354,7 @@ namespace xgrad
                [A, a, b, y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node& self,
                                                                                         const std::vector<tensor>& g) {
                    // Third order and beyond: differentiate the composite formula of the same
-                   // function, built on identity aliases of the inputs so that the gradients
+                   // function, built on identity aliases of the inputs (detail::bn_identity) so that the gradients
                    // are taken w.r.t. exactly these uses of them.
                    const bool create = is_grad_enabled();
                    enable_grad on;
@@ -382,7 +365,7 @@ namespace xgrad
                    {
                        if (self.needs_input_grad(i))
                        {
-                           use[i] = identity(ins[i]);
+                           use[i] = detail::bn_identity(ins[i]);
                            wrt.push_back(use[i]);
                            wanted.push_back(i);
                        }

@@ -3,8 +3,11 @@
 // Every check runs before any output is allocated or any data is read.
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "../detail.hpp"
 #include "batch_norm_internal.hpp"
+#include "xgrad/autograd.hpp"
 
 namespace xgrad::detail
 {
@@ -99,6 +102,14 @@ namespace xgrad::detail
     }
 
     dtype bn_stats_dtype(dtype xdt) noexcept { return xdt == dtype::float64 ? dtype::float64 : dtype::float32; }
+
+    tensor bn_identity(const tensor& x)
+    {
+        tensor y = alias(x, x.shape(), x.strides(), x.offset());
+        record("identity", {x}, {y},
+               [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{g[0]}; });
+        return y;
+    }
 
     shape_type bn_layout::channel_shape() const
     {

@@ -1,6 +1,8 @@
 #pragma once
-// Shared by the batch-norm implementation files: the layout of x as the kernels see it, and the
-// argument checks of the contract's section 6 (batch_norm_check.cpp).
+// Shared by the batch-norm implementation files (and the synchronised batch norm of
+// layers/src/distributed/): the layout of x as the kernels see it, the argument checks of the
+// contract's section 6, and the recorded identity the composite backward paths build on (all
+// defined in batch_norm_check.cpp).
 #include <vector>
 
 #include "xgrad/ops/batch_norm.hpp"
@@ -24,6 +26,12 @@ namespace xgrad::detail
 
     /// float64 for float64 x, float32 otherwise.
     dtype bn_stats_dtype(dtype xdt) noexcept;
+
+    /// A recorded identity: a view of x whose node passes its gradient unchanged to x. A
+    /// backward that rebuilds a function of its inputs (the composite formula, for an order the
+    /// fused kernels do not cover) builds it on these, and differentiates w.r.t. exactly these
+    /// uses of the inputs.
+    tensor bn_identity(const tensor& x);
 
     /// The checks of the gradient ops, in the contract's order, for y_backprop, x and the named
     /// per-channel tensors; returns x's layout.

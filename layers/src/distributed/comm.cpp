@@ -393,9 +393,7 @@ namespace xgrad::distributed
         }
 #endif
         (void)group;
-        tensor copy = detail::empty(t.shape(), t.dtype(), t.device());
-        detail::copy_into(copy, t.detach());
-        out.push_back(copy);
+        out.push_back(detail::copy_of(t.detach()));
         return out;
     }
 
@@ -517,8 +515,7 @@ namespace xgrad::distributed
             if (x.dtype() != dtype::float32 && x.dtype() != dtype::float64)
                 fail("functional::all_reduce", "a tensor of " + describe(x) + " (float32 or float64)");
             // A fresh copy: the reduction writes in place, and x's storage is x's.
-            tensor out = detail::empty(x.shape(), x.dtype(), x.device());
-            detail::copy_into(out, x.detach());
+            const tensor out = detail::copy_of(x.detach());
             distributed::all_reduce(out, op, group);
             // d/dx_r of y_s = Σ_t x_t is the identity for every s: the gradient reaching x_r is
             // the sum over ranks of the cotangents of y_s, which is this same all-reduce of the

@@ -42,9 +42,10 @@ namespace xgrad::distributed
             throw xgrad::invalid_argument(std::string(op) + ": " + what);
         }
 
+        /// bn_stats_dtype, also for an undefined x (which the checks then refuse).
         dtype stats_dtype_of(const tensor& x)
         {
-            return x.defined() && x.dtype() == dtype::float64 ? dtype::float64 : dtype::float32;
+            return x.defined() ? xgrad::detail::bn_stats_dtype(x.dtype()) : dtype::float32;
         }
 
         // --- the per-rank summary -----------------------------------------------------------
@@ -128,16 +129,6 @@ namespace xgrad::distributed
                          " (this rank's x has shape " + shape_to_string(x.shape()) + ")");
         }
 
-        /// A recorded identity: a new node whose gradient flows unchanged into x, so that a
-        /// backward can rebuild a function of its inputs and differentiate exactly those uses.
-        tensor identity(const tensor& x)
-        {
-            tensor y = xgrad::detail::alias(x, x.shape(), x.strides(), x.offset());
-            record("identity", {x}, {y},
-                   [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{g[0]}; });
-            return y;
-        }
-
         /// The composite formula on checked arguments with the global count known (the forward
         /// computed it). Computed in float32 for 16-bit x, like batch_norm_grad_composite.
         tensor composite_y(const tensor& x, const tensor& scale, const tensor& offset, const batch_norm_attrs& attrs,
@@ -172,7 +163,7 @@ namespace xgrad::distributed
             for (std::size_t i = 0; i < 3; ++i)
             {
                 if (self.needs_input_grad(i))
-                    use[i] = identity(ins[i]);
+                    use[i] = xgrad::detail::bn_identity(ins[i]);
                 else
                 {
                     use[i] = ins[i].detach();
