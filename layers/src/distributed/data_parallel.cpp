@@ -420,8 +420,7 @@ namespace xgrad::distributed
             nn::module& m = *m_model;
             broadcast_from_root(m.named_parameters(), m_group,
                                 [&](const std::string& n, const tensor& v) { m.set_parameter(n, v); });
-            broadcast_from_root(m.named_buffers(), m_group,
-                                [&](const std::string& n, const tensor& v) { m.set_buffer(n, v); });
+            broadcast_buffers();
         }
         m_state = std::make_shared<state>(m_group, m_options);
         m_state->build_buckets(trained_parameters(*m_model));
@@ -433,13 +432,8 @@ namespace xgrad::distributed
     {
         state& s = *m_state;
         nn::module& m = *m_model;
-        if (m_options.broadcast_buffers && m_group.size() > 1)
-        {
-            const auto buffers = m.named_buffers();
-            if (!buffers.empty())
-                broadcast_from_root(buffers, m_group,
-                                    [&](const std::string& n, const tensor& v) { m.set_buffer(n, v); });
-        }
+        if (m_options.broadcast_buffers)
+            broadcast_buffers();
 
         const auto params = trained_parameters(m);
         bool same_set = params.size() == s.m_params.size();
@@ -477,6 +471,16 @@ namespace xgrad::distributed
         if (is_grad_enabled())
             s.arm();
         return m.forward(x);
+    }
+
+    void distributed_data_parallel::broadcast_buffers()
+    {
+        if (m_group.size() == 1)
+            return;
+        nn::module& m = *m_model;
+        const auto buffers = m.named_buffers();
+        if (!buffers.empty())
+            broadcast_from_root(buffers, m_group, [&](const std::string& n, const tensor& v) { m.set_buffer(n, v); });
     }
 
     void distributed_data_parallel::synchronize()

@@ -243,8 +243,7 @@ namespace xgrad::train
             m.train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
             m.seconds = seconds[0];
             // Rank 0's running statistics everywhere: the model evaluated and saved is one.
-            for (const auto& [name, buffer] : m_model.named_buffers())
-                distributed::broadcast(buffer, 0, ddp->group());
+            ddp->broadcast_buffers();
         }
         evaluate_test(m);
         if (std::ostream* o = log())

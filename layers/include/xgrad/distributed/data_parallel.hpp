@@ -117,6 +117,12 @@ namespace xgrad::distributed
         /// in between); the step is then abandoned.
         void synchronize();
 
+        /// Replaces every buffer of the model by rank 0's value (one broadcast per dtype into new
+        /// storage, stored with set_buffer): what forward() does first with broadcast_buffers,
+        /// for a caller that evaluates or saves the model outside forward() (train::trainer,
+        /// after an epoch). A collective: every rank calls it. No-op in a group of one.
+        void broadcast_buffers();
+
         nn::module& module() noexcept { return *m_model; }
         const std::shared_ptr<nn::module>& module_ptr() const noexcept { return m_model; }
         const process_group& group() const noexcept { return m_group; }
