@@ -47,6 +47,19 @@ namespace xgrad::cpu
         constexpr std::int64_t parallel_work = 262144;
         /// The least work of one thread's block when one product is split.
         constexpr std::int64_t block_work = 65536;
+        /// When one product is split over threads, its blocks of rows (or columns) start at
+        /// multiples of this many. OpenBLAS computes a row with the micro-kernel tile that its
+        /// position in the call selects, and a row moved to another tile position can change
+        /// in its last bits: measured with OpenBLAS 0.3.21's Haswell sgemm (which AMD Zen
+        /// processors run), splitting 257 rows gives the unsplit result only at multiples of
+        /// 24 rows, and dgemm only at even ones. 96 is a multiple of every tile height of its
+        /// x86 kernels (2 to 32), so each row keeps its tile position whatever the thread count
+        /// and a row split does not change the result (test_ops: "results do not depend on the
+        /// thread count"). A column split (more columns than rows) is not made exact by any
+        /// alignment there: the same kernels give a row's values in another order when the
+        /// call's column count changes, so such products depend on the thread count in their
+        /// last bits on those processors.
+        constexpr std::int64_t block_align = 96;
 
         // ---------------------------------------------------------------------------------
         // matmul
@@ -162,12 +175,18 @@ namespace xgrad::cpu
             const std::int64_t extent = split_rows ? m : n;
             const double line_work = static_cast<double>(split_rows ? n : m) * static_cast<double>(k);
             const auto min_block = static_cast<std::int64_t>(std::ceil(static_cast<double>(block_work) / line_work));
+            // Blocks of block_align lines, the lines left over joining the last block: a block of
+            // one line would go to OpenBLAS's GEMV path, which sums in yet another order.
+            const std::int64_t groups = std::max<std::int64_t>(1, extent / block_align);
+            const std::int64_t min_groups = std::max<std::int64_t>(1, (min_block + block_align - 1) / block_align);
             std::vector<T> pack_a, pack_b;
             for (std::int64_t p = 0; p < batch; ++p)
             {
                 const auto [oa, ob] = product(p, pack_a, pack_b);
                 T* c = out + p * mn;
-                parallel_for(0, extent, min_block, [&, oa = oa, ob = ob](std::int64_t begin, std::int64_t end) {
+                parallel_for(0, groups, min_groups, [&, oa = oa, ob = ob](std::int64_t first, std::int64_t last) {
+                    const std::int64_t begin = first * block_align;
+                    const std::int64_t end = last == groups ? extent : last * block_align;
                     const int size = static_cast<int>(end - begin);
                     if (split_rows)
                         gemm(oa.view.trans, ob.view.trans, size, in, ik, oa.data + begin * oa.row_step, oa.view.ld,
