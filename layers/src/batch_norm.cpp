@@ -122,8 +122,8 @@ namespace xgrad::nn
         const xgrad::device dev = m_options.device;
         if (m_options.affine)
         {
-            register_parameter("scale", ones(c, dt, dev));
-            register_parameter("offset", zeros(c, dt, dev));
+            register_parameter("weight", ones(c, dt, dev));
+            register_parameter("bias", zeros(c, dt, dev));
         }
         else
         {
@@ -149,8 +149,8 @@ namespace xgrad::nn
         m_no_stats = m_no_stats.to(dev);
     }
 
-    tensor batch_norm_base::scale() const { return m_options.affine ? parameter("scale") : tensor(); }
-    tensor batch_norm_base::offset() const { return m_options.affine ? parameter("offset") : tensor(); }
+    tensor batch_norm_base::weight() const { return m_options.affine ? parameter("weight") : tensor(); }
+    tensor batch_norm_base::bias() const { return m_options.affine ? parameter("bias") : tensor(); }
     tensor batch_norm_base::running_mean() const
     {
         return m_options.track_running_stats ? buffer("running_mean") : tensor();
@@ -180,8 +180,8 @@ namespace xgrad::nn
         if (!m_options.affine)
             return;
         const shape_type c{m_options.num_features};
-        set_parameter("scale", ones(c, m_options.dtype, m_options.device));
-        set_parameter("offset", zeros(c, m_options.dtype, m_options.device));
+        set_parameter("weight", ones(c, m_options.dtype, m_options.device));
+        set_parameter("bias", zeros(c, m_options.dtype, m_options.device));
     }
 
     void batch_norm_base::check_input(const tensor& x) const

@@ -29,7 +29,7 @@ namespace xgrad::nn
         // The values themselves (tensors are immutable, so sharing their storage is safe); a
         // parameter frozen in bn stays frozen.
         if (options().affine)
-            for (const char* name : {"scale", "offset"})
+            for (const char* name : {"weight", "bias"})
             {
                 const tensor value = bn.parameter(name);
                 set_parameter(name, value.detach());

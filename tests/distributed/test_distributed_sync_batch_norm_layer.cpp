@@ -49,8 +49,8 @@ namespace
         const tensor scale = seeded({C}, 21, dt, 1.0, 0.5), offset = seeded({C}, 22, dt);
         for (nn::module* m : {&a, &b})
         {
-            m->set_parameter("scale", scale.detach());
-            m->set_parameter("offset", offset.detach());
+            m->set_parameter("weight", scale.detach());
+            m->set_parameter("bias", offset.detach());
         }
     }
 
@@ -101,7 +101,7 @@ TEST_CASE("sync_batch_norm2d: outputs and running statistics are batch_norm2d's 
                         sbn.zero_grad();
                         sum(y * w).backward();
                         sum(ys * shard(w, rows)).backward();
-                        check_close(summed(sbn.parameter("scale").grad()), bn.parameter("scale").grad(), 10 * tol,
+                        check_close(summed(sbn.parameter("weight").grad()), bn.parameter("weight").grad(), 10 * tol,
                                     "scale's gradient summed");
                     }
                     bn.eval();
@@ -323,14 +323,14 @@ TEST_CASE("convert_sync_batch_norm: the model itself, shared layers, frozen para
                 "convert_sync_batch_norm: the model is null");
 
     auto bn = std::make_shared<nn::batch_norm2d>(C);
-    bn->parameter("scale").requires_grad_(false);
+    bn->parameter("weight").requires_grad_(false);
     bn->eval();
     const std::shared_ptr<nn::module> replaced = nn::convert_sync_batch_norm(bn, dist::process_group::self());
     REQUIRE(replaced != nullptr);
     CHECK(replaced->type_name() == "sync_batch_norm2d");
     CHECK_FALSE(replaced->is_training());
-    CHECK_FALSE(replaced->parameter("scale").requires_grad());
-    CHECK(replaced->parameter("offset").requires_grad());
+    CHECK_FALSE(replaced->parameter("weight").requires_grad());
+    CHECK(replaced->parameter("bias").requires_grad());
     CHECK(dynamic_cast<nn::sync_batch_norm2d&>(*replaced).group().size() == 1);
 
     // A batch_norm2d registered twice becomes one sync_batch_norm2d: its parameters stay tied.
@@ -364,7 +364,7 @@ TEST_CASE("module::replace_child: in place, with checks")
     CHECK(h->named_children()[0].second == fresh);
     CHECK(h->named_children()[1].first == "second");
     CHECK(h->replaced == 1);
-    CHECK(names_of(h->named_parameters()) == std::vector<std::string>{"inner.scale", "inner.offset"});
+    CHECK(names_of(h->named_parameters()) == std::vector<std::string>{"inner.weight", "inner.bias"});
 
     CHECK_ERROR(h->replace_child("missing", fresh), xgrad::invalid_argument,
                 "holder: replace_child: no direct child module named 'missing'");

@@ -77,8 +77,8 @@ namespace
         no_grad guard;
         const std::int64_t C = bn.num_features();
         const dtype dt = bn.options().dtype;
-        bn.set_parameter("scale", (randn({C}, gen, dtype::float64) * 0.5 + 1.0).to(dt));
-        bn.set_parameter("offset", randn({C}, gen, dtype::float64).to(dt));
+        bn.set_parameter("weight", (randn({C}, gen, dtype::float64) * 0.5 + 1.0).to(dt));
+        bn.set_parameter("bias", randn({C}, gen, dtype::float64).to(dt));
     }
 }
 
@@ -182,7 +182,7 @@ TEST_CASE("batch_norm2d: without running statistics or affine parameters")
         nn::batch_norm2d bn(o);
         CHECK(bn.named_buffers().empty());
         CHECK_FALSE(bn.running_mean().defined());
-        CHECK(names_of(bn.named_parameters()) == std::vector<std::string>{"scale", "offset"});
+        CHECK(names_of(bn.named_parameters()) == std::vector<std::string>{"weight", "bias"});
         const std::vector<double> want = normalised(x, 1, s.mean, s.var, {1, 1}, {0, 0}, 1e-5f);
         check_close(bn(x), want, 1e-5);
         bn.eval(); // batch statistics in eval too
@@ -253,8 +253,8 @@ TEST_CASE("batch_norm2d: NHWC and NCHW agree on a permuted input")
     randomise_affine(first, gen);
     {
         no_grad guard;
-        last.set_parameter("scale", first.scale().detach().contiguous() + 0.0);
-        last.set_parameter("offset", first.offset().detach().contiguous() + 0.0);
+        last.set_parameter("weight", first.scale().detach().contiguous() + 0.0);
+        last.set_parameter("bias", first.offset().detach().contiguous() + 0.0);
     }
     for (int step = 0; step < 3; ++step)
     {
@@ -362,8 +362,8 @@ TEST_CASE("batch_norm2d: state_dict / load_state_dict round trip and errors")
     std::vector<std::string> keys;
     for (const auto& [n, t] : sd)
         keys.push_back(n);
-    CHECK(keys == std::vector<std::string>{"num_batches_tracked", "offset", "running_mean", "running_var", "scale"});
-    CHECK_FALSE(sd.at("scale").requires_grad());
+    CHECK(keys == std::vector<std::string>{"bias", "num_batches_tracked", "running_mean", "running_var", "weight"});
+    CHECK_FALSE(sd.at("weight").requires_grad());
 
     nn::batch_norm2d b(3);
     const auto loaded = b.load_state_dict(sd);
@@ -388,31 +388,31 @@ TEST_CASE("batch_norm2d: state_dict / load_state_dict round trip and errors")
     missing.erase("running_var");
     CHECK_ERROR(c.load_state_dict(missing), xgrad::invalid_argument, "batch_norm2d", "missing", "'running_var'");
     auto wrong_shape = sd;
-    wrong_shape["scale"] = ones({4});
-    CHECK_ERROR(c.load_state_dict(wrong_shape), xgrad::invalid_argument, "'scale'", "[4]", "[3]");
+    wrong_shape["weight"] = ones({4});
+    CHECK_ERROR(c.load_state_dict(wrong_shape), xgrad::invalid_argument, "'weight'", "[4]", "[3]");
     auto wrong_dtype = sd;
     wrong_dtype["running_mean"] = zeros({3}, dtype::float64);
     wrong_dtype["num_batches_tracked"] = zeros({});
     CHECK_ERROR(c.load_state_dict(wrong_dtype), xgrad::invalid_argument, "'running_mean'", "float64", "float32",
                 "'num_batches_tracked'", "int64");
     auto unexpected = sd;
-    unexpected["bias"] = zeros({3});
-    CHECK_ERROR(c.load_state_dict(unexpected), xgrad::invalid_argument, "'bias'", "not in the module");
+    unexpected["shift"] = zeros({3});
+    CHECK_ERROR(c.load_state_dict(unexpected), xgrad::invalid_argument, "'shift'", "not in the module");
     auto undefined = sd;
-    undefined["offset"] = tensor();
-    CHECK_ERROR(c.load_state_dict(undefined), xgrad::invalid_argument, "'offset'", "undefined");
+    undefined["bias"] = tensor();
+    CHECK_ERROR(c.load_state_dict(undefined), xgrad::invalid_argument, "'bias'", "undefined");
     CHECK(to_vector(c.running_mean()) == std::vector<double>{0, 0, 0});
     CHECK(to_vector(c.scale()) == std::vector<double>{1, 1, 1});
     CHECK(c.num_batches_tracked().item<std::int64_t>() == 0);
 
     // Non-strict: missing and unexpected names are reported, the rest is loaded.
-    missing["bias"] = zeros({3});
+    missing["shift"] = zeros({3});
     const auto partial = c.load_state_dict(missing, false);
     CHECK(partial.missing_keys == std::vector<std::string>{"running_var"});
-    CHECK(partial.unexpected_keys == std::vector<std::string>{"bias"});
+    CHECK(partial.unexpected_keys == std::vector<std::string>{"shift"});
     CHECK(to_vector(c.running_mean()) == to_vector(sd.at("running_mean")));
     CHECK(to_vector(c.running_var()) == std::vector<double>{1, 1, 1});
-    CHECK_ERROR(c.load_state_dict(wrong_shape, false), xgrad::invalid_argument, "'scale'", "[4]");
+    CHECK_ERROR(c.load_state_dict(wrong_shape, false), xgrad::invalid_argument, "'weight'", "[4]");
 }
 
 TEST_CASE("batch_norm: gradcheck and gradgradcheck through the layer (float64, training and eval)")
@@ -443,8 +443,8 @@ TEST_CASE("batch_norm: gradcheck and gradgradcheck through the layer (float64, t
         // The layer's parameters are the checked inputs; in training the statistics are
         // recomputed from x by every forward, as the finite differences need.
         auto f = [&bn](const std::vector<tensor>& in) {
-            bn->set_parameter("scale", in[1]);
-            bn->set_parameter("offset", in[2]);
+            bn->set_parameter("weight", in[1]);
+            bn->set_parameter("bias", in[2]);
             return std::vector<tensor>{bn->forward(in[0])};
         };
         for (bool training : {true, false})

@@ -48,7 +48,7 @@ TEST_CASE("module: registration order, nested names, modes, zero_grad")
 {
     small_net net;
     CHECK(names_of(net.named_parameters()) ==
-          std::vector<std::string>{"bias", "bn1.scale", "bn1.offset", "bn2.scale", "bn2.offset"});
+          std::vector<std::string>{"bias", "bn1.weight", "bn1.bias", "bn2.weight", "bn2.bias"});
     CHECK(names_of(net.named_parameters(false)) == std::vector<std::string>{"bias"});
     CHECK(names_of(net.named_buffers()) == std::vector<std::string>{"steps", "bn1.running_mean", "bn1.running_var",
                                                                     "bn1.num_batches_tracked", "bn2.running_mean",
@@ -63,10 +63,10 @@ TEST_CASE("module: registration order, nested names, modes, zero_grad")
     }
     for (const tensor& b : net.buffers())
         CHECK_FALSE(b.requires_grad());
-    CHECK(net.parameter("bn2.scale").is_same(net.m_bn2->scale()));
+    CHECK(net.parameter("bn2.weight").is_same(net.m_bn2->scale()));
     CHECK(net.has_buffer("bn1.running_var"));
-    CHECK_FALSE(net.has_buffer("bn1.scale"));
-    CHECK_FALSE(net.has_parameter("bn3.scale"));
+    CHECK_FALSE(net.has_buffer("bn1.weight"));
+    CHECK_FALSE(net.has_parameter("bn3.weight"));
 
     // Modes propagate to the children.
     CHECK(net.is_training());
@@ -113,7 +113,7 @@ TEST_CASE("module: registration and replacement errors")
     CHECK_ERROR(net.parameter("bn1.nope"), xgrad::invalid_argument, "'bn1.nope'");
     CHECK_ERROR(net.buffer("bias"), xgrad::invalid_argument, "'bias'");
 
-    CHECK_ERROR(net.set_parameter("bn1.scale", ones({4})), xgrad::invalid_argument, "small_net", "'bn1.scale'", "[4]",
+    CHECK_ERROR(net.set_parameter("bn1.weight", ones({4})), xgrad::invalid_argument, "small_net", "'bn1.weight'", "[4]",
                 "[3]");
     CHECK_ERROR(net.set_parameter("bias", zeros({3}, dtype::float64)), xgrad::invalid_argument, "'bias'", "float64",
                 "float32");
@@ -150,7 +150,7 @@ TEST_CASE("module: an optimizer step replaces parameters through set_parameter")
     frozen.requires_grad_(false);
     {
         no_grad guard;
-        bn.set_parameter("offset", frozen + 1.0);
+        bn.set_parameter("bias", frozen + 1.0);
     }
     CHECK_FALSE(bn.offset().requires_grad());
 }

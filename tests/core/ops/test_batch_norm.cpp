@@ -412,8 +412,8 @@ TEST_CASE("second and third derivatives through matmul, reshape to NCHW, BatchNo
             bn(randn({4, 3, 2, 2}, gen, dtype::float64) * 2.0 + 1.0);
         bn.train(training);
         auto net = [&](const args& a) {
-            bn.set_parameter("scale", a[2]);
-            bn.set_parameter("offset", a[3]);
+            bn.set_parameter("weight", a[2]);
+            bn.set_parameter("bias", a[3]);
             const tensor h = reshape(matmul(a[0], a[1]), {2, 3, 2, 2});
             const tensor r = relu(bn(h));
             return args{sum(mul(mul(r, r), weights))};

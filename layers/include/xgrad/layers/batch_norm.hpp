@@ -76,9 +76,11 @@ namespace xgrad::nn
 
     /// The implementation shared by batch_norm2d (rank 4) and batch_norm3d (rank 5).
     ///
-    /// Parameters: "scale" (init ones) and "offset" (init zeros), [C] (only when affine).
-    /// Buffers: "running_mean" (zeros), "running_var" (ones), [C], and "num_batches_tracked"
-    /// (int64 scalar, 0) (only when track_running_stats).
+    /// Parameters: "weight" (the scale, init ones) and "bias" (the offset, init zeros), [C]
+    /// (only when affine). Buffers: "running_mean" (zeros), "running_var" (ones), [C], and
+    /// "num_batches_tracked" (int64 scalar, 0) (only when track_running_stats). These are
+    /// PyTorch's names, so a state dict moves between a batch_norm2d and torch.nn.BatchNorm2d
+    /// unchanged (docs/interop.md).
     class batch_norm_base : public module
     {
     public:
@@ -107,15 +109,18 @@ namespace xgrad::nn
         std::int64_t channel_dim() const noexcept { return m_channel_dim; }
 
         /// The current values (undefined when the layer has no such parameter or buffer).
-        tensor scale() const;
-        tensor offset() const;
+        /// scale() and offset() are the op's (TensorFlow's) names for weight() and bias().
+        tensor weight() const;
+        tensor bias() const;
+        tensor scale() const { return weight(); }
+        tensor offset() const { return bias(); }
         tensor running_mean() const;
         tensor running_var() const;
         tensor num_batches_tracked() const;
 
         /// running_mean := 0, running_var := 1, num_batches_tracked := 0.
         void reset_running_stats();
-        /// reset_running_stats(), scale := 1, offset := 0.
+        /// reset_running_stats(), weight := 1, bias := 0.
         void reset_parameters();
 
     protected:

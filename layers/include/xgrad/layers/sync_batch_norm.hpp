@@ -2,7 +2,7 @@
 // nn::sync_batch_norm2d: batch_norm2d whose training statistics cover every rank of a process
 // group (layers/src/sync_batch_norm.cpp), built on distributed::sync_batch_norm.
 //
-// Parameters and buffers have batch_norm2d's names, shapes and dtypes ("scale", "offset",
+// Parameters and buffers have batch_norm2d's names, shapes and dtypes ("weight", "bias",
 // "running_mean", "running_var", "num_batches_tracked"), so checkpoints move between the two.
 // Options and input checks are batch_norm2d's.
 //
