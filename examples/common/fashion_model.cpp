@@ -28,7 +28,7 @@ namespace xgrad::examples
         model->add("bn2", bn(64));
         model->add("relu2", std::make_shared<nn::relu>());
         model->add("pool2", std::make_shared<nn::max_pool2d>(2, data_format));
-        model->add("flatten", std::make_shared<nn::flatten>());
+        model->add("flatten", std::make_shared<nn::flatten>(1, -1, data_format));
         model->add("fc1", std::make_shared<nn::linear>(64 * 7 * 7, 128, gen));
         model->add("relu3", std::make_shared<nn::relu>());
         model->add("fc2", std::make_shared<nn::linear>(128, 10, gen));

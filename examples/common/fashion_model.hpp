@@ -15,6 +15,10 @@ namespace xgrad::examples
     /// conv3x3(1->32)+BN+ReLU+maxpool2, conv3x3(32->64)+BN+ReLU+maxpool2, flatten,
     /// linear(64*7*7 -> 128)+ReLU, linear(128 -> 10), for 28x28 single-channel images in
     /// `data_format` ("NCHW" or "NHWC"; the layers throw for another). Weights from `gen`.
+    /// The names and shapes are those of the same model in torch.nn (an nn.Sequential of
+    /// Conv2d, BatchNorm2d, ReLU, MaxPool2d, Flatten, Linear under these names), and the flatten
+    /// orders features (C, H, W) in both layouts, so the weights are the same in either
+    /// layout and in PyTorch (docs/interop.md).
     std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen);
 
     /// The image size the model takes (rows, cols).

@@ -1,8 +1,11 @@
 // The thin layers: conv2d, linear, pooling, relu, flatten, dropout, sequential. Each checks
 // its options once, registers its parameters, and composes its forward from ops.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "xgrad/layers/activation.hpp"
 #include "xgrad/layers/batch_norm.hpp"
@@ -223,7 +226,17 @@ namespace xgrad::nn
 
     tensor relu::forward(const tensor& x) { return xgrad::relu(x); }
 
-    flatten::flatten(std::int64_t start_dim, std::int64_t end_dim) : m_start(start_dim), m_end(end_dim) {}
+    flatten::flatten(std::int64_t start_dim, std::int64_t end_dim, std::string data_format)
+        : m_start(start_dim), m_end(end_dim), m_format(std::move(data_format))
+    {
+        static const std::string formats[] = {"", "NCHW", "NHWC", "NCDHW", "NDHWC"};
+        if (std::find(std::begin(formats), std::end(formats), m_format) == std::end(formats))
+            fail("data_format must be one of '', 'NCHW', 'NHWC', 'NCDHW', 'NDHWC', got '" + m_format + "'");
+        if ((m_format == "NHWC" || m_format == "NDHWC") && (m_start != 1 || m_end != -1))
+            fail("a channels-last data_format (" + m_format +
+                 ") is only taken in channels-first order for dimensions 1..-1, got " + std::to_string(m_start) + ".." +
+                 std::to_string(m_end));
+    }
 
     tensor flatten::forward(const tensor& x)
     {
@@ -234,18 +247,32 @@ namespace xgrad::nn
         if (s < 0 || e >= r || s > e)
             fail("dimensions " + std::to_string(m_start) + ".." + std::to_string(m_end) +
                  " do not fit an input of shape " + shape_to_string(x.shape()));
-        shape_type shape(x.shape().begin(), x.shape().begin() + s);
+        tensor in = x;
+        if (m_format == "NHWC" || m_format == "NDHWC")
+        {
+            const std::int64_t rank = static_cast<std::int64_t>(m_format.size());
+            if (r != rank)
+                fail("expected a " + std::to_string(rank) + "-D " + m_format + " input, got shape " +
+                     shape_to_string(x.shape()));
+            // [N, spatial..., C] -> [N, C, spatial...]: the features in PyTorch's order.
+            std::vector<std::int64_t> order{0, rank - 1};
+            for (std::int64_t d = 1; d < rank - 1; ++d)
+                order.push_back(d);
+            in = x.permute(order);
+        }
+        shape_type shape(in.shape().begin(), in.shape().begin() + s);
         std::int64_t merged = 1;
         for (std::int64_t d = s; d <= e; ++d)
-            merged *= x.size(d);
+            merged *= in.size(d);
         shape.push_back(merged);
-        shape.insert(shape.end(), x.shape().begin() + e + 1, x.shape().end());
-        return x.reshape(shape);
+        shape.insert(shape.end(), in.shape().begin() + e + 1, in.shape().end());
+        return in.reshape(shape);
     }
 
     std::string flatten::describe() const
     {
-        return "flatten(start_dim=" + std::to_string(m_start) + ", end_dim=" + std::to_string(m_end) + ")";
+        return "flatten(start_dim=" + std::to_string(m_start) + ", end_dim=" + std::to_string(m_end) +
+               (m_format.empty() ? "" : ", " + m_format) + ")";
     }
 
     dropout::dropout(double p, std::uint64_t seed) : m_p(p), m_gen(seed)
