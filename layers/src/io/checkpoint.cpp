@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint_internal.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/io/safetensors.hpp"
 
@@ -22,9 +23,9 @@ namespace xgrad::io
     namespace
     {
         constexpr std::string_view format_name = "xgrad-checkpoint";
-        constexpr std::string_view format_version = "1";
-        constexpr std::string_view model_prefix = "model.";
-        constexpr std::string_view optimizer_prefix = "optimizer.";
+        constexpr std::string_view format_version = "2";
+        constexpr std::string_view model_prefix = checkpoint_model_prefix;
+        constexpr std::string_view optimizer_prefix = checkpoint_optimizer_prefix;
         constexpr std::string_view reserved_keys[] = {"format", "version", "epoch", "optimizer"};
 
         [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what)
@@ -69,6 +70,28 @@ namespace xgrad::io
                 s += (s.empty() ? "" : "; ") + p;
             return s;
         }
+    }
+
+    void check_checkpoint_version(const std::filesystem::path& path, const metadata_map& metadata)
+    {
+        const auto it = metadata.find("version");
+        if (it != metadata.end() && it->second == "1")
+            fail(path, "checkpoint version '1' was written by an earlier xgrad, whose batch norm named its parameters "
+                       "'scale'/'offset' and whose channels-last flatten ordered features (H, W, C); this build "
+                       "reads version " +
+                           std::string(format_version) +
+                           " (retrain, or rename the tensors and permute the weights "
+                           "of the first linear layer after a channels-last flatten)");
+        if (it == metadata.end() || it->second != format_version)
+            fail(path, "unsupported checkpoint version " +
+                           (it != metadata.end() ? in_quotes(it->second) : std::string("(missing)")) +
+                           "; this build reads version " + std::string(format_version));
+    }
+
+    bool is_checkpoint(const metadata_map& metadata)
+    {
+        const auto it = metadata.find("format");
+        return it != metadata.end() && it->second == format_name;
     }
 
     void save_checkpoint(const std::filesystem::path& path, const nn::module& model, const optim::optimizer* optimizer,
@@ -116,10 +139,7 @@ namespace xgrad::io
             fail(path, "not an xgrad checkpoint (metadata 'format' is " +
                            (format ? in_quotes(*format) : std::string("missing")) + ", expected " +
                            in_quotes(format_name) + ")");
-        const std::string* version = meta("version");
-        if (!version || *version != format_version)
-            fail(path, "unsupported checkpoint version " + (version ? in_quotes(*version) : std::string("(missing)")) +
-                           "; this build reads version " + std::string(format_version));
+        check_checkpoint_version(path, metadata);
 
         std::vector<std::string> problems;
         checkpoint_info info;

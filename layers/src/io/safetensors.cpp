@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -49,22 +50,57 @@ namespace xgrad::io
         constexpr std::uint64_t max_header_bytes = 100'000'000;
         constexpr std::string_view metadata_key = "__metadata__";
 
-        struct dtype_code
+        /// How a stored element becomes an element of an xgrad dtype. xgrad computes in five
+        /// dtypes; the format has more, which PyTorch and other writers use (uint8 images, int32
+        /// indices, bool masks, 8-bit floats). Those are widened on load to the xgrad dtype that
+        /// holds every value exactly: integers and BOOL to int64, 8-bit floats to float32.
+        enum class conversion
         {
-            xgrad::dtype dt;
-            std::string_view code;
+            none, // the stored bytes are the xgrad dtype's own
+            signed_int,
+            unsigned_int,
+            boolean,   // one byte, 0 or 1
+            f8_e4m3fn, // 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN
+            f8_e5m2,   // 1 sign, 5 exponent (bias 15), 2 mantissa bits; IEEE infinities and NaNs
         };
 
-        constexpr std::array<dtype_code, 5> dtype_codes{{{dtype::float64, "F64"},
-                                                         {dtype::float32, "F32"},
-                                                         {dtype::float16, "F16"},
-                                                         {dtype::bfloat16, "BF16"},
-                                                         {dtype::int64, "I64"}}};
+        struct dtype_code
+        {
+            xgrad::dtype dt; // what the tensor is loaded as
+            std::string_view code;
+            std::size_t size; // bytes of one stored element
+            conversion how;
+        };
+
+        // The first five are what xgrad writes, one code per dtype; the rest are only read.
+        constexpr std::array<dtype_code, 15> dtype_codes{{{dtype::float64, "F64", 8, conversion::none},
+                                                          {dtype::float32, "F32", 4, conversion::none},
+                                                          {dtype::float16, "F16", 2, conversion::none},
+                                                          {dtype::bfloat16, "BF16", 2, conversion::none},
+                                                          {dtype::int64, "I64", 8, conversion::none},
+                                                          {dtype::int64, "I32", 4, conversion::signed_int},
+                                                          {dtype::int64, "I16", 2, conversion::signed_int},
+                                                          {dtype::int64, "I8", 1, conversion::signed_int},
+                                                          {dtype::int64, "U64", 8, conversion::unsigned_int},
+                                                          {dtype::int64, "U32", 4, conversion::unsigned_int},
+                                                          {dtype::int64, "U16", 2, conversion::unsigned_int},
+                                                          {dtype::int64, "U8", 1, conversion::unsigned_int},
+                                                          {dtype::int64, "BOOL", 1, conversion::boolean},
+                                                          {dtype::float32, "F8_E4M3", 1, conversion::f8_e4m3fn},
+                                                          {dtype::float32, "F8_E5M2", 1, conversion::f8_e5m2}}};
+
+        std::string known_codes()
+        {
+            std::string s;
+            for (const auto& c : dtype_codes)
+                s += (s.empty() ? "" : ", ") + std::string(c.code);
+            return s;
+        }
 
         std::string_view code_of(xgrad::dtype dt)
         {
             for (const auto& c : dtype_codes)
-                if (c.dt == dt)
+                if (c.dt == dt && c.how == conversion::none)
                     return c.code;
             throw format_error("safetensors: dtype " + std::string(name(dt)) + " has no safetensors code");
         }
@@ -75,6 +111,71 @@ namespace xgrad::io
                 if (c.code == code)
                     return &c;
             return nullptr;
+        }
+
+        /// An 8-bit float with `man` mantissa bits and exponent bias `bias`, exactly as a float.
+        float decode_f8(unsigned char bits, int man, int bias, bool ieee_specials)
+        {
+            const int exp_bits = 7 - man;
+            const int e = (bits >> man) & ((1 << exp_bits) - 1);
+            const int m = bits & ((1 << man) - 1);
+            const float sign = (bits & 0x80) ? -1.0f : 1.0f;
+            const int e_max = (1 << exp_bits) - 1;
+            if (ieee_specials && e == e_max)
+                return m == 0 ? sign * std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+            if (!ieee_specials && e == e_max && m == (1 << man) - 1)
+                return std::numeric_limits<float>::quiet_NaN();
+            const float fraction = static_cast<float>(m) / static_cast<float>(1 << man);
+            if (e == 0) // subnormal
+                return sign * std::ldexp(fraction, 1 - bias);
+            return sign * std::ldexp(1.0f + fraction, e - bias);
+        }
+
+        /// Widens `count` stored elements of `from` in `in` into `out` (the tensor's storage).
+        /// Returns the index of the first element that has no exact int64 value (a U64 above
+        /// 2^63 - 1, a BOOL byte other than 0 or 1), or -1 when all are converted.
+        std::int64_t widen(const dtype_code& from, const unsigned char* in, std::size_t count, void* out)
+        {
+            const auto load_unsigned = [&](std::size_t i) {
+                std::uint64_t v = 0;
+                for (std::size_t b = 0; b < from.size; ++b) // little-endian, whatever the width
+                    v |= std::uint64_t{in[i * from.size + b]} << (8 * b);
+                return v;
+            };
+            if (from.dt == dtype::float32)
+            {
+                float* o = static_cast<float*>(out);
+                const bool e4m3 = from.how == conversion::f8_e4m3fn;
+                for (std::size_t i = 0; i < count; ++i)
+                    o[i] = e4m3 ? decode_f8(in[i], 3, 7, false) : decode_f8(in[i], 2, 15, true);
+                return -1;
+            }
+            std::int64_t* o = static_cast<std::int64_t*>(out);
+            const unsigned bits = static_cast<unsigned>(8 * from.size);
+            for (std::size_t i = 0; i < count; ++i)
+            {
+                const std::uint64_t v = load_unsigned(i);
+                switch (from.how)
+                {
+                case conversion::signed_int:
+                    // Sign-extend from the stored width (bits < 64 here: I64 is read as it is).
+                    o[i] = static_cast<std::int64_t>(v ^ (std::uint64_t{1} << (bits - 1))) -
+                           static_cast<std::int64_t>(std::uint64_t{1} << (bits - 1));
+                    break;
+                case conversion::unsigned_int:
+                    if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+                        return static_cast<std::int64_t>(i);
+                    o[i] = static_cast<std::int64_t>(v);
+                    break;
+                case conversion::boolean:
+                    if (v > 1)
+                        return static_cast<std::int64_t>(i);
+                    o[i] = static_cast<std::int64_t>(v);
+                    break;
+                default: return static_cast<std::int64_t>(i); // not reached: the other kinds are floats
+                }
+            }
+            return -1;
         }
 
         [[noreturn]] void fail(const fs::path& path, const std::string& what)
@@ -99,7 +200,8 @@ namespace xgrad::io
         struct entry
         {
             std::string name;
-            xgrad::dtype dt = dtype::float32;
+            xgrad::dtype dt = dtype::float32;   // the loaded tensor's
+            const dtype_code* stored = nullptr; // the file's
             shape_type shape;
             std::uint64_t begin = 0;
             std::uint64_t end = 0;
@@ -133,8 +235,9 @@ namespace xgrad::io
             const std::string code = dt.get<std::string>();
             const dtype_code* known = find_code(code);
             if (!known)
-                fail(path, who + "unknown dtype " + in_quotes(code) + " (known: F64, F32, F16, BF16, I64)");
+                fail(path, who + "unknown dtype " + in_quotes(code) + " (known: " + known_codes() + ")");
             e.dt = known->dt;
+            e.stored = known;
 
             const json& shape = field("shape");
             if (!shape.is_array())
@@ -162,7 +265,7 @@ namespace xgrad::io
             }
             // Strides and byte counts are int64 products of the extents (a zero extent aside),
             // so that product must fit even when a zero extent makes the tensor empty.
-            std::int64_t span = static_cast<std::int64_t>(itemsize(e.dt));
+            std::int64_t span = static_cast<std::int64_t>(known->size);
             try
             {
                 for (const std::int64_t extent : e.shape)
@@ -459,10 +562,22 @@ namespace xgrad::io
             {
                 tensor t = empty(e.shape, e.dt);
                 const std::uint64_t nbytes = e.end - e.begin;
-                if (nbytes > 0)
-                {
-                    const std::string what = "tensor " + in_quotes(e.name);
+                const std::string what = "tensor " + in_quotes(e.name);
+                if (nbytes > 0 && e.stored->how == conversion::none)
                     in.read_exact(t.data_ptr(), static_cast<std::size_t>(nbytes), what.c_str());
+                else if (nbytes > 0)
+                {
+                    // Read whole, then widened into the tensor, which is larger than the bytes.
+                    std::vector<unsigned char> bytes(static_cast<std::size_t>(nbytes));
+                    in.read_exact(bytes.data(), bytes.size(), what.c_str());
+                    const std::int64_t bad = widen(*e.stored, bytes.data(), bytes.size() / e.stored->size,
+                                                   t.data_ptr());
+                    if (bad >= 0)
+                        fail(path, what + ": element " + std::to_string(bad) + " of " + std::string(e.stored->code) +
+                                       " data has no int64 value (" +
+                                       (e.stored->how == conversion::boolean ? "a BOOL byte must be 0 or 1"
+                                                                             : "it is above 2^63 - 1") +
+                                       ")");
                 }
                 content.tensors.emplace(e.name, std::move(t));
             }

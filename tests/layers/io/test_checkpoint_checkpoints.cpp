@@ -120,7 +120,7 @@ TEST_CASE("checkpoint: model, optimizer state and epoch round-trip; training con
         // The file is a plain safetensors file with the documented names and metadata.
         const auto raw = xgrad::io::load_safetensors(file);
         CHECK(raw.metadata == xgrad::io::metadata_map{{"format", "xgrad-checkpoint"},
-                                                      {"version", "1"},
+                                                      {"version", "2"},
                                                       {"epoch", "7"},
                                                       {"optimizer", kind},
                                                       {"run", "alpha"},
@@ -238,8 +238,12 @@ TEST_CASE("checkpoint: every refused load names the file and the problem and cha
     }
     SUBCASE("unsupported version")
     {
-        write(content.tensors, metadata_with("version", "2"));
-        CHECK_FORMAT_ERROR(load(), bad, "unsupported checkpoint version '2'");
+        write(content.tensors, metadata_with("version", "3"));
+        CHECK_FORMAT_ERROR(load(), bad, "unsupported checkpoint version '3'");
+        // Version 1 named batch norm's parameters and ordered channels-last features
+        // differently: refused with a message that says so, not loaded into wrong places.
+        write(content.tensors, metadata_with("version", "1"));
+        CHECK_FORMAT_ERROR(load(), bad, "checkpoint version '1'", "'scale'/'offset'", "(H, W, C)");
     }
     SUBCASE("bad epoch")
     {

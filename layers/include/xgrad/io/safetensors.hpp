@@ -6,7 +6,12 @@
 // spaces to a multiple of 8) mapping each tensor name to {"dtype", "shape", "data_offsets":
 // [begin, end)} relative to the data that follows, plus an optional "__metadata__" object of
 // string values; then the raw little-endian tensor data, in offset order, with no gaps.
-// dtypes: "F64", "F32", "F16", "BF16", "I64". Python's safetensors library reads these files.
+// dtypes written: "F64", "F32", "F16", "BF16", "I64" (xgrad's five). Python's safetensors
+// library reads these files. dtypes read: those, and every other one the format has, widened
+// to the xgrad dtype that holds each value exactly: "I32", "I16", "I8", "U64", "U32", "U16",
+// "U8" and "BOOL" to int64 (a U64 value above 2^63 - 1 or a BOOL byte other than 0 or 1 is
+// refused, naming the tensor and the element), "F8_E4M3" and "F8_E5M2" to float32. So a file
+// PyTorch wrote with any dtype loads; casting to a module's dtypes is load_weights' job.
 //
 // Writing: the header lists the tensors in name order with compact JSON, and their data
 // follows in that same order; "__metadata__" is written only when there is metadata.
@@ -42,6 +47,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "xgrad/layers/module.hpp"
 #include "xgrad/optim/optimizer.hpp"
@@ -75,9 +81,17 @@ namespace xgrad::io
     // --- training checkpoints -------------------------------------------------------------
     // A checkpoint is a safetensors file holding "model.<name>" for every parameter and buffer
     // of the module, "optimizer.<name>" for every entry of the optimizer's state_dict, and
-    // metadata {"format": "xgrad-checkpoint", "version": "1", "epoch": "<n>", "optimizer":
+    // metadata {"format": "xgrad-checkpoint", "version": "2", "epoch": "<n>", "optimizer":
     // "<type_name>"} plus the caller's own entries. Saved without an optimizer, the file has
     // neither "optimizer" metadata nor "optimizer.*" entries.
+    //
+    // The model's names are PyTorch's (batch norm's "weight", "bias", "running_mean",
+    // "running_var", "num_batches_tracked"; nn::flatten gives a linear layer after it the same
+    // (C, H, W) feature order in NCHW and NHWC), so the "model." entries, prefix stripped, are
+    // the state_dict of the equivalent torch.nn model (docs/interop.md). Version 1 files
+    // (batch norm's "scale"/"offset", and a channels-last flatten in (H, W, C) order) are
+    // refused with a message that says so: their fully connected weights cannot be mapped
+    // without knowing the model.
 
     /// The largest epoch a checkpoint records: the metrics log counts epochs in an int
     /// (train::epoch_metrics), and a count beyond it would wrap there.
@@ -109,4 +123,44 @@ namespace xgrad::io
     /// to the device of the value they replace.
     checkpoint_info load_checkpoint(const std::filesystem::path& path, nn::module& model,
                                     optim::optimizer* optimizer = nullptr);
+
+    // --- weights from any safetensors file ----------------------------------------------------
+    struct load_weights_options
+    {
+        /// Every tensor of the model must be in the file, and every tensor of the file (after
+        /// the prefix is stripped) must be the model's. When false, missing and unexpected
+        /// names are returned instead.
+        bool strict = true;
+        /// Removed from the start of each name that has it ("module." for a file saved from
+        /// torch.nn.parallel.DistributedDataParallel). An xgrad checkpoint's "model." prefix is
+        /// always removed and its "optimizer." entries ignored, whatever this says.
+        std::string strip_prefix;
+    };
+
+    struct load_weights_result
+    {
+        std::vector<std::string> missing_keys;    // model names the file lacks (only when !strict)
+        std::vector<std::string> unexpected_keys; // file names the model lacks (only when !strict)
+        /// "<name>: <from> -> <to>" for each tensor cast to the model's dtype.
+        std::vector<std::string> converted;
+        metadata_map metadata; // the file's
+    };
+
+    /// Loads a module's parameters and buffers from a safetensors file written by anything:
+    /// an xgrad checkpoint (its model part), or a state_dict saved by PyTorch
+    /// (safetensors.torch.save_file(model.state_dict(), path)) for the equivalent model. This is
+    /// weights only: fine-tuning, evaluation, weights trained elsewhere; resuming a run is
+    /// load_checkpoint's.
+    ///
+    /// Names are matched after stripping (options). Shapes must be equal. dtypes are cast to the
+    /// model's: any floating or integer tensor to a floating parameter or buffer (as PyTorch's
+    /// load_state_dict copies do; float64 -> float32 rounds), and to an int64 buffer any integer
+    /// tensor, or a floating one whose every value is an integer in int64's range. Everything is
+    /// checked before anything changes: a shape mismatch, a value that cannot be cast (naming
+    /// the tensor, the element and the value), an xgrad checkpoint of version 1, and (when
+    /// strict) missing or unexpected names throw format_error naming the file and listing every
+    /// problem; the model is then unchanged. Tensors go to the device of the value they
+    /// replace.
+    load_weights_result load_weights(const std::filesystem::path& path, nn::module& model,
+                                     const load_weights_options& options = {});
 }

@@ -1,0 +1,131 @@
+// Weights from any safetensors file: an xgrad checkpoint's model part, or a state_dict PyTorch
+// saved (see load_weights in xgrad/io/safetensors.hpp).
+//
+// Like load_checkpoint, loading is all-or-nothing: every name, shape and cast is checked and
+// every converted tensor made before module::load_state_dict replaces anything, and every
+// problem is reported at once, since a user mapping a model from another framework wants the
+// whole list, not one rerun per problem.
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "checkpoint_internal.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/io/safetensors.hpp"
+
+namespace xgrad::io
+{
+    namespace
+    {
+        std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+        bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+        /// Why `t` (floating) cannot become int64 exactly, or empty: the first element that is
+        /// not an integer in int64's range. num_batches_tracked is the one int64 tensor a
+        /// module usually has, and a file may hold it as a float count.
+        std::string integral_problem(const tensor& t)
+        {
+            const std::vector<double> values = to_vector(t);
+            // 2^63 is exactly representable; every double below it with no fraction fits.
+            constexpr double limit = 9223372036854775808.0;
+            for (std::size_t i = 0; i < values.size(); ++i)
+            {
+                const double v = values[i];
+                if (!(std::floor(v) == v && v >= -limit && v < limit))
+                    return "element " + std::to_string(i) + " is " + std::to_string(v) +
+                           ", not an integer in int64's range";
+            }
+            return {};
+        }
+    }
+
+    load_weights_result load_weights(const std::filesystem::path& path, nn::module& model,
+                                     const load_weights_options& options)
+    {
+        safetensors_content content = load_safetensors(path);
+        load_weights_result result;
+        result.metadata = content.metadata;
+        const bool checkpoint = is_checkpoint(content.metadata);
+        if (checkpoint)
+            check_checkpoint_version(path, content.metadata);
+
+        // The file's names, as the module would call them.
+        nn::module::state_dict_type found;
+        for (auto& [name, t] : content.tensors)
+        {
+            std::string_view key = name;
+            if (checkpoint)
+            {
+                if (starts_with(key, checkpoint_optimizer_prefix))
+                    continue;
+                if (starts_with(key, checkpoint_model_prefix))
+                    key.remove_prefix(checkpoint_model_prefix.size());
+            }
+            if (!options.strip_prefix.empty() && starts_with(key, options.strip_prefix))
+                key.remove_prefix(options.strip_prefix.size());
+            found.emplace(std::string(key), std::move(t));
+        }
+
+        std::vector<std::string> problems;
+        const nn::module::state_dict_type current = model.state_dict();
+        nn::module::state_dict_type state;
+        for (const auto& [name, target] : current)
+        {
+            const auto it = found.find(name);
+            if (it == found.end())
+            {
+                if (options.strict)
+                    problems.push_back("model tensor " + in_quotes(name) + " is missing");
+                else
+                    result.missing_keys.push_back(name);
+                continue;
+            }
+            const tensor& value = it->second;
+            if (value.shape() != target.shape())
+            {
+                problems.push_back("tensor " + in_quotes(name) + " has shape " + shape_to_string(value.shape()) +
+                                   ", the model's is " + shape_to_string(target.shape()));
+                continue;
+            }
+            tensor loaded = value;
+            if (value.dtype() != target.dtype())
+            {
+                const std::string cast = std::string(xgrad::name(value.dtype())) + " -> " +
+                                         std::string(xgrad::name(target.dtype()));
+                if (!is_floating(target.dtype()) && is_floating(value.dtype()))
+                {
+                    // Rounding a float into an integer buffer would change it silently.
+                    if (std::string problem = integral_problem(value); !problem.empty())
+                    {
+                        problems.push_back("tensor " + in_quotes(name) + " cannot be cast " + cast + ": " + problem);
+                        continue;
+                    }
+                }
+                loaded = value.to(target.dtype());
+                result.converted.push_back(name + ": " + cast);
+            }
+            state.emplace(name, loaded.to(target.device()));
+        }
+        for (const auto& [name, t] : found)
+            if (current.find(name) == current.end())
+            {
+                if (options.strict)
+                    problems.push_back("unexpected tensor " + in_quotes(name) + ": the model has no " +
+                                       in_quotes(name));
+                else
+                    result.unexpected_keys.push_back(name);
+            }
+        if (!problems.empty())
+        {
+            std::string text;
+            for (const auto& p : problems)
+                text += (text.empty() ? "" : "; ") + p;
+            throw format_error(path.string() + ": " + text);
+        }
+        model.load_state_dict(state, /*strict=*/false);
+        return result;
+    }
+}
