@@ -3,6 +3,7 @@
 //   train_fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--optimizer sgd|adam|adamw]
 //                       [--schedule constant|step|cosine] [--threads T] [--device cpu|cuda]
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
+//                       [--init-from WEIGHTS]
 //                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch]
 //                       [--distributed] [--sync-bn]
 //
@@ -16,7 +17,9 @@
 // Prints a progress bar per epoch (plain lines when the output is not a terminal), the train
 // and test loss and accuracy after each epoch, and writes into --out: metrics.csv, metrics.svg
 // (loss and accuracy per epoch) and checkpoint_epoch_<n>.safetensors after every epoch.
-// --resume continues a run from one of its checkpoints exactly where it stopped. The last
+// --resume continues a run from one of its checkpoints exactly where it stopped; --init-from
+// starts a new run (fresh optimizer, epoch 0) from the weights of a checkpoint or of a
+// PyTorch state_dict saved as safetensors (fine-tuning; docs/interop.md). The last
 // line is a machine-readable summary (bench/train_compare reads it).
 //
 // The program is the model (common/fashion_model.hpp), its command line, and the library's
@@ -59,7 +62,8 @@ namespace
         std::filesystem::path data_dir = xgrad::data::default_fashion_mnist_dir;
         std::uint64_t seed = 0;
         std::filesystem::path out = "fashion_mnist_run";
-        std::filesystem::path resume; // empty: start from scratch
+        std::filesystem::path resume;    // empty: start from scratch
+        std::filesystem::path init_from; // empty: weights from the seed
         std::string data_format = "NCHW";
         std::int64_t limit = 0;      // > 0: train on the first `limit` images only
         std::int64_t test_limit = 0; // > 0: evaluate on the first `test_limit` test images
@@ -81,6 +85,8 @@ namespace
         "  --seed S            seed of the weights and the batch order, 0 to 2^64 - 1 (default 0)\n"
         "  --out DIR           where metrics.csv, metrics.svg and checkpoints go (default fashion_mnist_run)\n"
         "  --resume FILE       continue from a checkpoint of a run with the same settings\n"
+        "  --init-from FILE    start from the weights of a checkpoint or of a PyTorch state_dict saved\n"
+        "                      as safetensors (cast to the model's dtypes); the optimizer starts fresh\n"
         "  --format F          NCHW | NHWC activation layout (default NCHW)\n"
         "  --limit N           train on the first N training images only (0: all, the default)\n"
         "  --test-limit N      evaluate on the first N test images only (0: all, the default)\n"
@@ -162,6 +168,8 @@ namespace
                     c.out = value;
                 else if (flag == "--resume")
                     c.resume = value;
+                else if (flag == "--init-from")
+                    c.init_from = value;
                 else if (flag == "--format")
                     c.data_format = value;
                 else if (flag == "--limit")
@@ -181,6 +189,9 @@ namespace
         // rather than silently meaning nothing.
         if (c.sync_bn && !c.distributed)
             usage_error("--sync-bn needs a data-parallel run (started by mpirun, or --distributed)");
+        // A resumed run takes its weights from its checkpoint; other weights would be overwritten.
+        if (!c.resume.empty() && !c.init_from.empty())
+            usage_error("--init-from starts a new run and --resume continues one; give one of them");
         return c;
     }
 
@@ -213,6 +224,17 @@ namespace
         xgrad::generator gen(c.seed);
         std::shared_ptr<xgrad::nn::module> model = xgrad::examples::make_fashion_model(c.data_format, gen);
         model->to(dev);
+        if (!c.init_from.empty())
+        {
+            // Every tensor of the model must be in the file (strict): a partial match is more
+            // likely another model than a fine-tuning start.
+            const auto loaded = xgrad::io::load_weights(c.init_from, *model);
+            log << "weights from " << c.init_from.string()
+                << (loaded.converted.empty()
+                        ? ""
+                        : " (" + std::to_string(loaded.converted.size()) + " tensors cast to the model's dtypes)")
+                << "\n";
+        }
         // Data-parallel: the same construction on every rank, then rank 0's values broadcast
         // by the wrapper; the optimizer is made last, over the parameters of the final model.
         const distributed::process_group world = distributed::process_group::world();
