@@ -76,9 +76,10 @@ else
   if [[ $mode == test && ! -f /usr/local/cuda/include/cccl/thrust/version.h ]]; then
     packages+=(libthrust-dev libcub-dev)
   fi
-  # The format check of the test mode, and clang with its libFuzzer runtime for the fuzz stage.
+  # The format check of the test mode, clang with its libFuzzer runtime for the fuzz stage, and
+  # PyTorch for the interop test (a peer the test compares with, never a build dependency).
   if [[ $mode == test ]]; then
-    packages+=(clang-format)
+    packages+=(clang-format python3-torch)
     if [[ ${XGRAD_SKIP_FUZZ:-0} != 1 ]]; then
       packages+=(clang libclang-rt-14-dev)
     fi
