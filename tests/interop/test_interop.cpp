@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -95,9 +95,8 @@ TEST_CASE("interop: a PyTorch state_dict saved as safetensors loads into xgrad a
     const auto batch = xgrad::io::load_safetensors(dir.path / "torch_batch.safetensors").tensors;
     const tensor x = batch.at("x");
     const std::vector<double> expected = xgrad::to_vector(batch.at("logits_eval"));
-    const double scale = std::max(1.0, *std::max_element(expected.begin(), expected.end(), [](double a, double b) {
-        return std::abs(a) < std::abs(b);
-    }));
+    const double scale = std::max(1.0, *std::max_element(expected.begin(), expected.end(),
+                                                         [](double a, double b) { return std::abs(a) < std::abs(b); }));
     for (const std::string format : {"NCHW", "NHWC"})
     {
         INFO("loaded into ", format);

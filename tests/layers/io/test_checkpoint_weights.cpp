@@ -66,16 +66,16 @@ TEST_CASE("safetensors: every dtype of the format is read, widened to the xgrad 
     scratch_dir dir;
     const fs::path file = dir / "dtypes.safetensors";
     // Little-endian bytes, entries in offset order.
-    const std::string data = std::string("\x80\x7f", 2) +                           // I8: -128, 127
-                             std::string("\x00\x80\xff\x7f", 4) +                   // I16: -32768, 32767
-                             std::string("\xff\xff\xff\xff", 4) +                   // I32: -1
-                             std::string("\x00\xff", 2) +                           // U8: 0, 255
-                             std::string("\xff\xff", 2) +                           // U16: 65535
-                             std::string("\xff\xff\xff\xff", 4) +                   // U32: 4294967295
-                             std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) +   // U64: 2^63 - 1
-                             std::string("\x01\x00", 2) +                           // BOOL: true, false
-                             std::string("\x38\xc0\x7e\x7f\x01", 5) +               // F8_E4M3
-                             std::string("\x3c\xc0\x7c\x7f\x01", 5);                // F8_E5M2
+    const std::string data = std::string("\x80\x7f", 2) +                         // I8: -128, 127
+                             std::string("\x00\x80\xff\x7f", 4) +                 // I16: -32768, 32767
+                             std::string("\xff\xff\xff\xff", 4) +                 // I32: -1
+                             std::string("\x00\xff", 2) +                         // U8: 0, 255
+                             std::string("\xff\xff", 2) +                         // U16: 65535
+                             std::string("\xff\xff\xff\xff", 4) +                 // U32: 4294967295
+                             std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + // U64: 2^63 - 1
+                             std::string("\x01\x00", 2) +                         // BOOL: true, false
+                             std::string("\x38\xc0\x7e\x7f\x01", 5) +             // F8_E4M3
+                             std::string("\x3c\xc0\x7c\x7f\x01", 5);              // F8_E5M2
     const std::string header = R"({"i8":{"dtype":"I8","shape":[2],"data_offsets":[0,2]},)"
                                R"("i16":{"dtype":"I16","shape":[2],"data_offsets":[2,6]},)"
                                R"("i32":{"dtype":"I32","shape":[],"data_offsets":[6,10]},)"
