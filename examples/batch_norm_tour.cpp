@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/cli.hpp"
 #include <xgrad/compat/tensorflow.hpp>
 #include <xgrad/xgrad.hpp>
 
@@ -169,8 +170,15 @@ namespace
     }
 }
 
-int main()
+int main(int argc, char** argv)
 {
+    // No options: --help describes the program, anything else is a usage error (exit 2).
+    xgrad::examples::arg_parser p("batch_norm_tour",
+                                  "Runs TensorFlow-style FusedBatchNormV3 / FusedBatchNormGradV3 code through xgrad's "
+                                  "compatibility\nlayer on a small NCHW tensor and prints the results, the same "
+                                  "gradients by autograd, and a\nsecond-order quantity checked against a finite "
+                                  "difference (docs/batch_norm.md).");
+    p.parse(argc, argv);
     try
     {
         return tour();

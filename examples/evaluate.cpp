@@ -3,9 +3,12 @@
 //
 //   evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device cpu|cuda] [--limit N]
 //
-// The checkpoint's metadata says which activation layout the model was trained in.
+// FILE is a checkpoint (its metadata says which activation layout the model was trained in)
+// or any safetensors file holding the model's weights under its names, such as a PyTorch
+// state_dict of the same model (docs/interop.md); dtypes are cast to the model's.
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -16,71 +19,42 @@
 #include "xgrad/train/checkpoints.hpp"
 #include "xgrad/train/evaluate.hpp"
 
-namespace
-{
-    const char* usage_text =
-        "usage: evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device D] [--limit N]\n"
-        "  --threads T   CPU threads, 1 to 65536\n"
-        "  --limit N     evaluate on the first N test images only (0: all, the default)\n";
-
-    [[noreturn]] void usage_error(const std::string& message)
-    {
-        std::cerr << "evaluate: " << message << "\n\n" << usage_text;
-        std::exit(2);
-    }
-}
-
 int main(int argc, char** argv)
 {
-    std::string checkpoint, data_dir = xgrad::data::default_fashion_mnist_dir, device = "cpu";
+    std::filesystem::path checkpoint, data_dir = xgrad::data::default_fashion_mnist_dir;
+    std::string device = "cpu";
     int threads = 0;
     std::int64_t limit = 0;
-    for (int i = 1; i < argc; ++i)
-    {
-        const std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help")
-        {
-            std::cout << usage_text;
-            return 0;
-        }
-        if (i + 1 >= argc)
-            usage_error(flag + " needs a value");
-        const std::string value = argv[++i];
-        try
-        {
-            if (flag == "--checkpoint")
-                checkpoint = value;
-            else if (flag == "--data-dir")
-                data_dir = value;
-            else if (flag == "--device")
-                device = value;
-            else if (flag == "--threads")
-                threads = static_cast<int>(xgrad::examples::parse_int_flag(flag, value, 1, 65536));
-            else if (flag == "--limit")
-                limit = xgrad::examples::parse_int_flag(flag, value, 0, INT64_MAX);
-            else
-                usage_error("unknown option '" + flag + "'");
-        }
-        catch (const xgrad::invalid_argument& e)
-        {
-            usage_error(e.what());
-        }
-    }
+    xgrad::examples::arg_parser p("evaluate",
+                                  "Prints the test accuracy and the confusion matrix of a Fashion-MNIST model: a "
+                                  "checkpoint of\ntrain_fashion_mnist, or the weights of the same model saved by "
+                                  "PyTorch as safetensors.");
+    p.add_path("--checkpoint", checkpoint, "FILE", "the model's weights (required)");
+    p.add_path("--data-dir", data_dir, "DIR", "MNIST-format folder");
+    p.add_int("--threads", threads, 1, 65536, "T", "CPU threads (default: XGRAD_NUM_THREADS or all cores)");
+    p.add_string("--device", device, "D", "cpu | cuda[:i]");
+    p.add_int("--limit", limit, 0, INT64_MAX, "N", "evaluate on the first N test images only (0: all)");
+    p.parse(argc, argv);
     if (checkpoint.empty())
-        usage_error("--checkpoint is required");
+        p.usage_error("--checkpoint is required");
 
     try
     {
         if (threads > 0)
             xgrad::set_num_threads(threads);
         const xgrad::device dev = xgrad::parse_device(device);
-        // The layout is part of the model: read it (from the header only, checked against the
-        // accepted layouts and naming the file) before building the model to load into.
-        const std::string fmt = xgrad::train::checkpoint_data_format(checkpoint);
-        xgrad::generator gen(0); // the weights are replaced by the checkpoint's
+        // A checkpoint says which layout its run used (checked against the accepted layouts,
+        // naming the file); the weights are the same in both, so a file without it (a PyTorch
+        // state_dict) is evaluated channels-first.
+        const xgrad::io::metadata_map metadata = xgrad::io::read_safetensors_metadata(checkpoint);
+        const std::string fmt = metadata.count("data_format")
+                                    ? xgrad::train::checkpoint_data_format(checkpoint, metadata)
+                                    : std::string("NCHW");
+        xgrad::generator gen(0); // the weights are replaced by the file's
         auto model = xgrad::examples::make_fashion_model(fmt, gen);
         model->to(dev);
-        const auto info = xgrad::io::load_checkpoint(checkpoint, *model);
+        const auto loaded = xgrad::io::load_weights(checkpoint, *model);
+        const auto epoch = loaded.metadata.find("epoch");
         const auto test = std::make_shared<const xgrad::data::image_dataset>(
             xgrad::examples::load_fashion_data(data_dir, false, limit));
         xgrad::train::evaluate_options eo;
@@ -88,7 +62,8 @@ int main(int argc, char** argv)
         eo.data_format = fmt;
         const auto ev = xgrad::train::evaluate_classifier(*model, test, eo);
 
-        std::cout << "checkpoint: " << checkpoint << " (epoch " << info.epoch << ", " << fmt << ")\n"
+        std::cout << "checkpoint: " << checkpoint.string() << " ("
+                  << (epoch != loaded.metadata.end() ? "epoch " + epoch->second + ", " : std::string()) << fmt << ")\n"
                   << "test images: " << test->size << "\n"
                   << "test loss: " << std::fixed << std::setprecision(4) << ev.loss << "\n"
                   << "test accuracy: " << std::setprecision(2) << 100.0 * ev.accuracy << "%\n\n"

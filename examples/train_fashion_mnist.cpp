@@ -5,7 +5,7 @@
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--init-from WEIGHTS]
 //                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch]
-//                       [--distributed] [--sync-bn]
+//                       [--distributed] [--sync-bn] [--summary]
 //
 // Data-parallel: `mpirun -np K train_fashion_mnist ...` (or --distributed) trains one model
 // on K processes, each on its share of every step's K * batch-size images (--batch-size is per
@@ -19,8 +19,8 @@
 // (loss and accuracy per epoch) and checkpoint_epoch_<n>.safetensors after every epoch.
 // --resume continues a run from one of its checkpoints exactly where it stopped; --init-from
 // starts a new run (fresh optimizer, epoch 0) from the weights of a checkpoint or of a
-// PyTorch state_dict saved as safetensors (fine-tuning; docs/interop.md). The last
-// line is a machine-readable summary (bench/train_compare reads it).
+// PyTorch state_dict saved as safetensors (fine-tuning; docs/interop.md). With --summary the
+// run ends with machine-readable lines (bench/train_compare and bench/scaling read them).
 //
 // The program is the model (common/fashion_model.hpp), its command line, and the library's
 // training loop (xgrad/train/trainer.hpp) set up from it.
@@ -46,10 +46,6 @@
 
 namespace
 {
-    using xgrad::examples::parse_int_flag;
-    using xgrad::examples::parse_positive_flag;
-    using xgrad::examples::parse_uint_flag;
-
     struct train_config
     {
         std::int64_t epochs = 2;
@@ -70,128 +66,60 @@ namespace
         bool prefetch = true;
         bool distributed = false; // launched by MPI, or --distributed
         bool sync_bn = false;
+        bool summary = false; // the machine-readable last line
     };
-
-    const char* usage_text =
-        "usage: train_fashion_mnist [options]\n"
-        "  --epochs N          epochs to train, 1 to 1000000 (default 2)\n"
-        "  --batch-size B      images per batch, 1 to 1000000 (default 64)\n"
-        "  --lr LR             peak learning rate, in (0, 1000] (default 0.002)\n"
-        "  --optimizer NAME    sgd (momentum 0.9, Nesterov) | adam | adamw (default adamw)\n"
-        "  --schedule NAME     constant | step | cosine (default cosine, per step over the run)\n"
-        "  --threads T         CPU threads, 1 to 65536 (default: XGRAD_NUM_THREADS or all cores)\n"
-        "  --device D          cpu | cuda[:i] (default cpu)\n"
-        "  --data-dir DIR      MNIST-format folder (default /usr/share/datasets/fashion-mnist)\n"
-        "  --seed S            seed of the weights and the batch order, 0 to 2^64 - 1 (default 0)\n"
-        "  --out DIR           where metrics.csv, metrics.svg and checkpoints go (default fashion_mnist_run)\n"
-        "  --resume FILE       continue from a checkpoint of a run with the same settings\n"
-        "  --init-from FILE    start from the weights of a checkpoint or of a PyTorch state_dict saved\n"
-        "                      as safetensors (cast to the model's dtypes); the optimizer starts fresh\n"
-        "  --format F          NCHW | NHWC activation layout (default NCHW)\n"
-        "  --limit N           train on the first N training images only (0: all, the default)\n"
-        "  --test-limit N      evaluate on the first N test images only (0: all, the default)\n"
-        "  --no-prefetch       prepare batches on the training thread\n"
-        "  --distributed       train data-parallel over the MPI job (implied when started by mpirun;\n"
-        "                      alone, a job of one process)\n"
-        "  --sync-bn           batch norm over the whole global batch (sync_batch_norm2d); needs a\n"
-        "                      data-parallel run\n"
-        "Data-parallel: mpirun -np K train_fashion_mnist --batch-size B ... trains on K * B images\n"
-        "per step, B per process (--batch-size is per process). Set XGRAD_NUM_THREADS (or --threads)\n"
-        "so that K * threads does not exceed the cores.\n";
-
-    [[noreturn]] void usage_error(const std::string& message)
-    {
-        std::cerr << "train_fashion_mnist: " << message << "\n\n" << usage_text;
-        std::exit(2);
-    }
 
     // The ranges of the numeric flags (examples/common/cli.hpp parses them whole).
     constexpr std::int64_t max_epochs = 1000000;
     constexpr std::int64_t max_batch_size = 1000000;
-    constexpr std::int64_t max_threads = 65536;
+    constexpr int max_threads = 65536;
     constexpr double max_lr = 1000;
 
     train_config parse(int argc, char** argv)
     {
         train_config c;
-        for (int i = 1; i < argc; ++i)
-        {
-            std::string flag = argv[i], value;
-            if (flag == "-h" || flag == "--help")
-            {
-                std::cout << usage_text;
-                std::exit(0);
-            }
-            if (flag == "--no-prefetch")
-            {
-                c.prefetch = false;
-                continue;
-            }
-            if (flag == "--distributed" || flag == "--sync-bn")
-            {
-                (flag == "--distributed" ? c.distributed : c.sync_bn) = true;
-                continue;
-            }
-            if (const auto eq = flag.find('='); eq != std::string::npos)
-            {
-                value = flag.substr(eq + 1);
-                flag = flag.substr(0, eq);
-            }
-            else if (flag.rfind("--", 0) != 0)
-                usage_error("unexpected argument '" + flag + "' (options start with --)");
-            else if (i + 1 < argc)
-                value = argv[++i];
-            else
-                usage_error(flag + " needs a value");
-
-            try
-            {
-                if (flag == "--epochs")
-                    c.epochs = parse_int_flag(flag, value, 1, max_epochs);
-                else if (flag == "--batch-size")
-                    c.batch_size = parse_int_flag(flag, value, 1, max_batch_size);
-                else if (flag == "--lr")
-                    c.lr = parse_positive_flag(flag, value, max_lr);
-                else if (flag == "--optimizer")
-                    c.optimizer = value;
-                else if (flag == "--schedule")
-                    c.schedule = value;
-                else if (flag == "--threads")
-                    c.threads = static_cast<int>(parse_int_flag(flag, value, 1, max_threads));
-                else if (flag == "--device")
-                    c.device = value;
-                else if (flag == "--data-dir")
-                    c.data_dir = value;
-                else if (flag == "--seed")
-                    c.seed = parse_uint_flag(flag, value, 0, UINT64_MAX);
-                else if (flag == "--out")
-                    c.out = value;
-                else if (flag == "--resume")
-                    c.resume = value;
-                else if (flag == "--init-from")
-                    c.init_from = value;
-                else if (flag == "--format")
-                    c.data_format = value;
-                else if (flag == "--limit")
-                    c.limit = parse_int_flag(flag, value, 0, INT64_MAX);
-                else if (flag == "--test-limit")
-                    c.test_limit = parse_int_flag(flag, value, 0, INT64_MAX);
-                else
-                    usage_error("unknown option '" + flag + "'");
-            }
-            catch (const xgrad::invalid_argument& e)
-            {
-                usage_error(e.what());
-            }
-        }
+        xgrad::examples::arg_parser p("train_fashion_mnist",
+                                      "Trains a small CNN on Fashion-MNIST and shows it learning: a progress bar, the "
+                                      "loss and accuracy\nafter each epoch, metrics.csv, metrics.svg and a checkpoint "
+                                      "per epoch in --out.");
+        p.add_int("--epochs", c.epochs, 1, max_epochs, "N", "epochs to train");
+        p.add_int("--batch-size", c.batch_size, 1, max_batch_size, "B", "images per batch (per process)");
+        p.add_positive("--lr", c.lr, max_lr, "LR", "peak learning rate");
+        p.add_choice("--optimizer", c.optimizer, {"sgd", "adam", "adamw"}, "sgd: momentum 0.9, Nesterov");
+        p.add_choice("--schedule", c.schedule, {"constant", "step", "cosine"}, "learning rate per step over the run");
+        p.add_int("--threads", c.threads, 1, max_threads, "T", "CPU threads (default: XGRAD_NUM_THREADS or all cores)");
+        p.add_string("--device", c.device, "D", "cpu | cuda[:i]");
+        p.add_path("--data-dir", c.data_dir, "DIR", "MNIST-format folder");
+        p.add_uint("--seed", c.seed, 0, UINT64_MAX, "S", "seed of the weights and the batch order");
+        p.add_path("--out", c.out, "DIR", "where metrics.csv, metrics.svg and the checkpoints go");
+        p.add_path("--resume", c.resume, "FILE", "continue from a checkpoint of a run with the same settings");
+        p.add_path("--init-from", c.init_from, "FILE",
+                   "start from the weights of a checkpoint or of a PyTorch state_dict saved as safetensors (cast to "
+                   "the model's dtypes); the optimizer starts fresh");
+        p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout");
+        p.add_int("--limit", c.limit, 0, INT64_MAX, "N", "train on the first N training images only (0: all)");
+        p.add_int("--test-limit", c.test_limit, 0, INT64_MAX, "N", "evaluate on the first N test images only (0: all)");
+        bool no_prefetch = false;
+        p.add_switch("--no-prefetch", no_prefetch, "prepare batches on the training thread");
+        p.add_switch("--distributed", c.distributed,
+                     "train data-parallel over the MPI job (implied when started by mpirun; alone, a job of one "
+                     "process)");
+        p.add_switch("--sync-bn", c.sync_bn,
+                     "batch norm over the whole global batch (sync_batch_norm2d); needs a data-parallel run");
+        p.add_switch("--summary", c.summary, "end with a machine-readable summary line (for bench/train_compare)");
+        p.set_epilog("Data-parallel: mpirun -np K train_fashion_mnist --batch-size B ... trains on K * B images per "
+                     "step,\nB per process. Set XGRAD_NUM_THREADS (or --threads) so that K * threads does not exceed "
+                     "the cores.\n");
+        p.parse(argc, argv);
+        c.prefetch = !no_prefetch;
         c.distributed = c.distributed || xgrad::distributed::launched_by_mpi();
         // Converting to sync batch norm in one process would train as plain batch norm: refused
         // rather than silently meaning nothing.
         if (c.sync_bn && !c.distributed)
-            usage_error("--sync-bn needs a data-parallel run (started by mpirun, or --distributed)");
+            p.usage_error("--sync-bn needs a data-parallel run (started by mpirun, or --distributed)");
         // A resumed run takes its weights from its checkpoint; other weights would be overwritten.
         if (!c.resume.empty() && !c.init_from.empty())
-            usage_error("--init-from starts a new run and --resume continues one; give one of them");
+            p.usage_error("--init-from starts a new run and --resume continues one; give one of them");
         return c;
     }
 
@@ -298,7 +226,7 @@ namespace
                 << xgrad::checked_mul(c.batch_size, world.size(), "--batch-size * processes") << " per step), "
                 << (c.sync_bn ? "synchronised" : "per-process") << " batch norm\n";
         xgrad::train::fit_result r = t.fit();
-        if (ddp)
+        if (ddp && c.summary)
         {
             // What the last step's gradient all-reduce cost (bench/scaling reads this line).
             const auto& s = ddp->last_stats();
@@ -325,14 +253,19 @@ int main(int argc, char** argv)
         std::ostream& out = xgrad::distributed::rank() == 0 ? std::cout : discard;
         const auto r = train(config, out, isatty(STDOUT_FILENO) != 0);
         const auto& last = r.metrics.back();
+        // The evaluate program built beside this one, by the path this one was started with
+        // (neither is on PATH unless installed there).
+        const std::filesystem::path self = argv[0];
+        const std::filesystem::path evaluate = self.has_parent_path() ? self.parent_path() / "evaluate" : "evaluate";
         out << "\ntest accuracy after " << last.epoch << " epochs: " << 100.0 * last.test_accuracy << "%\n"
             << "metrics (CSV):   " << r.csv.string() << "\n"
             << "plot (SVG):      " << r.plot.string() << "\n"
             << "checkpoint:      " << r.checkpoint.string() << "\n"
-            << "evaluate it:     evaluate --checkpoint " << r.checkpoint.string() << "\n"
-            << "summary peer=xgrad images_per_s=" << r.images_per_s << " train_loss=" << last.train_loss
-            << " test_acc=" << last.test_accuracy << " ranks=" << xgrad::distributed::world_size()
-            << " sync_bn=" << (config.sync_bn ? 1 : 0) << "\n";
+            << "evaluate it:     " << evaluate.string() << " --checkpoint " << r.checkpoint.string() << "\n";
+        if (config.summary)
+            out << "summary peer=xgrad images_per_s=" << r.images_per_s << " train_loss=" << last.train_loss
+                << " test_acc=" << last.test_accuracy << " ranks=" << xgrad::distributed::world_size()
+                << " sync_bn=" << (config.sync_bn ? 1 : 0) << "\n";
     }
     catch (const std::exception& e)
     {

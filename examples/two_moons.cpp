@@ -32,57 +32,19 @@ namespace
         std::int64_t samples = 512;
     };
 
-    const char* usage_text = "usage: two_moons [--epochs N] [--lr X] [--hidden N] [--seed N] [--threads N] "
-                             "[--samples N]\n"
-                             "  --epochs N    full-batch steps, 1 to 1000000 (default 300)\n"
-                             "  --lr X        learning rate, in (0, 1000] (default 0.5)\n"
-                             "  --hidden N    width of the two hidden layers, 1 to 4096 (default 32)\n"
-                             "  --seed N      seed of the data and the weights, 0 to 2^64 - 1 (default 1)\n"
-                             "  --threads N   CPU threads, 0 (xgrad's default) to 65536 (default 0)\n"
-                             "  --samples N   training (and test) points, 2 to 1000000 (default 512)\n";
-
-    [[noreturn]] void usage_error(const std::string& message)
-    {
-        std::fprintf(stderr, "two_moons: %s\n\n%s", message.c_str(), usage_text);
-        std::exit(2);
-    }
-
     options parse(int argc, char** argv)
     {
         options o;
-        for (int i = 1; i < argc; ++i)
-        {
-            const std::string flag = argv[i];
-            if (flag == "--help" || flag == "-h")
-            {
-                std::printf("%s", usage_text);
-                std::exit(0);
-            }
-            if (i + 1 >= argc)
-                usage_error(flag + " needs a value");
-            const std::string value = argv[++i];
-            try
-            {
-                if (flag == "--epochs")
-                    o.epochs = static_cast<int>(examples::parse_int_flag(flag, value, 1, 1000000));
-                else if (flag == "--lr")
-                    o.lr = examples::parse_positive_flag(flag, value, 1000);
-                else if (flag == "--hidden")
-                    o.hidden = examples::parse_int_flag(flag, value, 1, 4096);
-                else if (flag == "--seed")
-                    o.seed = examples::parse_uint_flag(flag, value, 0, UINT64_MAX);
-                else if (flag == "--threads")
-                    o.threads = static_cast<int>(examples::parse_int_flag(flag, value, 0, 65536));
-                else if (flag == "--samples")
-                    o.samples = examples::parse_int_flag(flag, value, 2, 1000000);
-                else
-                    usage_error("unknown option '" + flag + "' (see --help)");
-            }
-            catch (const xgrad::invalid_argument& e)
-            {
-                usage_error(e.what());
-            }
-        }
+        examples::arg_parser p("two_moons",
+                               "Trains a small MLP on two interleaved half circles (synthetic data) and prints the "
+                               "loss and\nthe train and test accuracy.");
+        p.add_int("--epochs", o.epochs, 1, 1000000, "N", "full-batch steps");
+        p.add_positive("--lr", o.lr, 1000, "X", "learning rate");
+        p.add_int("--hidden", o.hidden, 1, 4096, "N", "width of the two hidden layers");
+        p.add_uint("--seed", o.seed, 0, UINT64_MAX, "N", "seed of the data and the weights");
+        p.add_int("--threads", o.threads, 0, 65536, "N", "CPU threads (0: xgrad's default)");
+        p.add_int("--samples", o.samples, 2, 1000000, "N", "training (and test) points");
+        p.parse(argc, argv);
         return o;
     }
 

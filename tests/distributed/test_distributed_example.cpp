@@ -96,7 +96,7 @@ TEST_CASE("example under mpiexec: a data-parallel run trains, prints once and wr
     scratch_folder dir;
     write_set(dir / "data", 40, 12);
     const run_result r = run(job({"--data-dir", (dir / "data").string(), "--out", (dir / "out").string(), "--epochs",
-                                  "2", "--batch-size", "8", "--optimizer", "sgd", "--lr", "0.01"}),
+                                  "2", "--batch-size", "8", "--optimizer", "sgd", "--lr", "0.01", "--summary"}),
                              dir.path);
     CHECK_MESSAGE(r.status == 0, r.output);
     // Rank 0 alone prints: each line of the run once.
@@ -122,7 +122,7 @@ TEST_CASE("example under mpiexec: 2 ranks of batch 8 with --sync-bn train as one
     std::vector<std::string> one{XGRAD_TRAIN_FASHION_MNIST, "--threads", "1", "--batch-size", "16", "--out",
                                  (dir / "one").string()};
     one.insert(one.end(), common.begin(), common.end());
-    std::vector<std::string> two{"--sync-bn", "--batch-size", "8", "--out", (dir / "two").string()};
+    std::vector<std::string> two{"--sync-bn", "--summary", "--batch-size", "8", "--out", (dir / "two").string()};
     two.insert(two.end(), common.begin(), common.end());
     const run_result a = run(one, dir.path);
     REQUIRE_MESSAGE(a.status == 0, a.output);

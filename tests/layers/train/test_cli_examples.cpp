@@ -1,4 +1,5 @@
-// The example programs run with bad command lines and bad datasets: every numeric flag out of
+// The example programs run with bad command lines and bad datasets: one parser for all of them
+// (--help, --flag=value, unknown options and usage errors exit 2); every numeric flag out of
 // range is a usage error (exit status 2) naming the flag, the value and the range; a dataset
 // the model cannot take is an error (exit status 1) naming the file and what is wrong, raised
 // when the data is read, before training. Registered only when the examples are built; the
@@ -195,4 +196,86 @@ TEST_CASE("examples: a dataset the model cannot take is named when it is read")
     xgrad::io::save_safetensors(bogus, content.tensors, content.metadata);
     check_run(run(XGRAD_EVALUATE, {"--checkpoint", bogus, "--data-dir", (dir / "good").string()}, dir.path), 1,
               {bogus + ": metadata 'data_format' is 'bogus', not one of the accepted values 'NCHW', 'NHWC'"});
+}
+
+TEST_CASE("examples: one command line for every program (--help, --flag=value, unknown options, exit 2)")
+{
+    scratch_folder dir;
+    struct program
+    {
+        const char* path;
+        const char* name;
+    };
+    for (const program& p :
+         {program{XGRAD_TRAIN_FASHION_MNIST, "train_fashion_mnist"}, program{XGRAD_EVALUATE, "evaluate"},
+          program{XGRAD_TWO_MOONS, "two_moons"}, program{XGRAD_BATCH_NORM_TOUR, "batch_norm_tour"}})
+    {
+        CAPTURE(p.name);
+        const std::string name = p.name;
+        check_run(run(p.path, {"--help"}, dir.path), 0, {"usage: " + name, "-h, --help"});
+        check_run(run(p.path, {"-h"}, dir.path), 0, {"usage: " + name});
+        // Before, an unknown flag read as "needs a value", and batch_norm_tour ignored it (exit 0).
+        check_run(run(p.path, {"--bogus"}, dir.path), 2,
+                  {name + ": unknown option '--bogus'", "Try '" + name + " --help'."});
+        check_run(run(p.path, {"--bogus=1"}, dir.path), 2, {"unknown option '--bogus'"});
+        check_run(run(p.path, {"stray"}, dir.path), 2, {"unexpected argument 'stray'"});
+    }
+    // Descriptions, ranges and defaults in the help.
+    check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--help"}, dir.path), 0,
+              {"--epochs N", "epochs to train [1, 1000000] (default 2)", "--optimizer sgd|adam|adamw",
+               "(default adamw)", "--init-from FILE"});
+    check_run(run(XGRAD_TWO_MOONS, {"--help"}, dir.path), 0, {"--hidden N", "(default 32)"});
+    // A value missing, a value given to a switch, a value outside the choices.
+    check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--epochs"}, dir.path), 2, {"--epochs needs a value"});
+    check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--no-prefetch=1"}, dir.path), 2, {"--no-prefetch takes no value"});
+    check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--format", "nchw"}, dir.path), 2,
+              {"--format expects one of 'NCHW', 'NHWC', got 'nchw'"});
+    check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--resume", "a", "--init-from", "b"}, dir.path), 2,
+              {"--init-from starts a new run and --resume continues one"});
+    check_run(run(XGRAD_EVALUATE, {"--limit=5"}, dir.path), 2, {"evaluate: --checkpoint is required"});
+    // evaluate takes --flag=value (it refused it before), and says what a file that is not
+    // safetensors is.
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const fs::path text = dir / "notes.txt";
+    std::ofstream(text) << "these are notes, not a model\n";
+    check_run(run(XGRAD_EVALUATE, {"--checkpoint=" + text.string(), "--data-dir=" + (dir / "data").string()}, dir.path),
+              1, {text.string() + ": not a safetensors file"});
+}
+
+TEST_CASE("examples: the end of a run, --init-from, and evaluate on a checkpoint without metadata")
+{
+    scratch_folder dir;
+    write_set(dir / "data", "train", 8, 28, 28);
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const auto train = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{"--data-dir", (dir / "data").string(), "--epochs",  "1", "--batch-size", "4",
+                                      "--out",      (dir / "out").string(),  "--threads", "1"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run(XGRAD_TRAIN_FASHION_MNIST, args, dir.path);
+    };
+    // The evaluate beside the program, by its path; no machine-readable lines unless asked for.
+    const std::string checkpoint = (dir / "out" / "checkpoint_epoch_1.safetensors").string();
+    const fs::path evaluate = fs::path(XGRAD_TRAIN_FASHION_MNIST).parent_path() / "evaluate";
+    const run_result plain = train({});
+    check_run(plain, 0, {"evaluate it:     " + evaluate.string() + " --checkpoint " + checkpoint});
+    CHECK_MESSAGE(plain.output.find("summary peer=") == std::string::npos, plain.output);
+    check_run(train({"--summary"}), 0, {"summary peer=xgrad images_per_s="});
+
+    // A state dict without xgrad's prefix or metadata, as PyTorch saves one: evaluate builds the
+    // channels-first model for it, and a run starts from it with --init-from.
+    const auto content = xgrad::io::load_safetensors(checkpoint);
+    xgrad::io::tensor_map weights;
+    for (const auto& [name, t] : content.tensors)
+        if (name.rfind("model.", 0) == 0)
+            weights[name.substr(6)] = t;
+    const std::string plain_weights = (dir / "weights.safetensors").string();
+    xgrad::io::save_safetensors(plain_weights, weights);
+    check_run(run(XGRAD_EVALUATE, {"--checkpoint", plain_weights, "--data-dir", (dir / "data").string()}, dir.path), 0,
+              {"(NCHW)", "test accuracy:"});
+    check_run(train({"--init-from", plain_weights, "--format", "NHWC"}), 0,
+              {"weights from " + plain_weights, "test accuracy after 1 epochs"});
+    // A file for another model is refused, naming the file and the tensors.
+    weights.erase("fc2.bias");
+    xgrad::io::save_safetensors(plain_weights, weights);
+    check_run(train({"--init-from", plain_weights}), 1, {plain_weights, "'fc2.bias' is missing"});
 }
