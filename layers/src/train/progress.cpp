@@ -4,14 +4,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 namespace xgrad::train
 {
     namespace
     {
-        constexpr std::size_t bar_width = 24;
+        constexpr std::size_t bar_width = 24, min_bar_width = 8;
 
         std::string printf_string(const char* format, double value)
         {
@@ -32,11 +37,13 @@ namespace xgrad::train
 
         std::string format_loss(double loss) { return printf_string("loss %.4f", loss); }
 
-        std::string format_bar(std::size_t done, std::size_t total)
+        std::string format_bar(std::size_t done, std::size_t total, std::size_t width = bar_width)
         {
-            const std::size_t filled = done * bar_width / total;
-            return "[" + std::string(filled, '#') + std::string(bar_width - filled, '.') + "]";
+            const std::size_t filled = done * width / total;
+            return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
         }
+
+        std::string format_lr(double lr) { return printf_string("lr %.2e", lr); }
 
         std::string format_count(std::size_t done, std::size_t total)
         {
@@ -72,6 +79,21 @@ namespace xgrad::train
 
     bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
 
+    std::size_t terminal_columns()
+    {
+        winsize w{};
+        if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0)
+            return w.ws_col;
+        if (const char* env = std::getenv("COLUMNS"))
+        {
+            char* end = nullptr;
+            const long n = std::strtol(env, &end, 10);
+            if (end != env && *end == '\0' && n >= 10 && n <= 10000)
+                return static_cast<std::size_t>(n);
+        }
+        return 80;
+    }
+
     progress_bar::progress_bar(std::string label, size_type total_batches, std::ostream& out, bool is_terminal,
                                clock_type clock)
         : m_label(std::move(label)), m_total(total_batches), m_out(out), m_is_terminal(is_terminal),
@@ -82,6 +104,18 @@ namespace xgrad::train
             throw std::invalid_argument("progress_bar '" + m_label + "': total_batches must be at least 1, got 0");
         }
         m_start = now();
+        if (&m_out == &std::cout)
+            m_columns = terminal_columns;
+        else
+            m_columns = [] { return size_type{80}; };
+    }
+
+    void progress_bar::set_columns(columns_type columns) { m_columns = std::move(columns); }
+
+    void progress_bar::set_run(size_type later_batches)
+    {
+        m_has_run = true;
+        m_later_batches = later_batches;
     }
 
     double progress_bar::now() const
@@ -96,7 +130,7 @@ namespace xgrad::train
 
     double progress_bar::elapsed() const { return m_finished ? m_final_elapsed : std::max(0.0, now() - m_start); }
 
-    void progress_bar::update(size_type batches_done, size_type images_done, double running_loss)
+    void progress_bar::update(size_type batches_done, size_type images_done, double running_loss, double lr)
     {
         if (m_finished)
         {
@@ -110,6 +144,7 @@ namespace xgrad::train
         m_batches = batches_done;
         m_images = images_done;
         m_loss = running_loss;
+        m_lr = lr;
 
         const double t = now();
         const double elapsed_s = std::max(0.0, t - m_start);
@@ -159,49 +194,105 @@ namespace xgrad::train
 
     std::string progress_bar::status_text(double elapsed_s, bool final) const
     {
-        std::string timing;
+        std::string timing, run;
         if (final)
         {
             timing = (m_is_terminal ? "in " : "done in ") + format_duration(elapsed_s);
         }
         else
         {
-            double eta = -1.0;
+            double eta = -1.0, run_eta = -1.0;
             if (m_batches > 0)
             {
-                eta = elapsed_s * static_cast<double>(m_total - m_batches) / static_cast<double>(m_batches);
+                const double per_batch = elapsed_s / static_cast<double>(m_batches);
+                eta = per_batch * static_cast<double>(m_total - m_batches);
+                run_eta = eta + per_batch * static_cast<double>(m_later_batches);
             }
             timing = "ETA " + format_duration(eta);
+            if (m_has_run)
+                run = "run " + format_duration(run_eta);
+        }
+        const std::string lr = std::isnan(m_lr) ? std::string() : format_lr(m_lr);
+
+        if (!m_is_terminal)
+        {
+            std::string rest = ": " + format_count(m_batches, m_total) + " batches";
+            if (!final)
+                rest += " (" + std::to_string(m_batches * 100 / m_total) + "%)";
+            rest += ", " + format_rate(m_images, elapsed_s) + ", " + format_loss(m_loss);
+            if (!lr.empty())
+                rest += ", " + lr;
+            rest += ", " + timing;
+            if (!run.empty())
+                rest += " (" + run + ")";
+            return m_label + rest;
         }
 
-        std::string rest;
-        if (m_is_terminal)
+        // The widest line that does not wrap: one column short of the terminal's width.
+        const size_type columns = m_columns ? m_columns() : size_type{80};
+        const size_type width = std::max<size_type>(1, std::min(max_columns, columns > 1 ? columns - 1 : 1));
+        // Fields after the label, in display order; dropped in `drop_order` while too wide.
+        enum field
         {
-            rest = " " + format_bar(m_batches, m_total) + " " + format_count(m_batches, m_total) + " " +
-                   format_rate(m_images, elapsed_s) + " " + format_loss(m_loss) + " " + timing;
-        }
-        else
-        {
-            rest = ": " + format_count(m_batches, m_total) + " batches";
-            if (!final)
+            bar,
+            count,
+            rate,
+            loss,
+            learning_rate,
+            eta,
+            run_eta,
+            field_count
+        };
+        std::vector<std::string> text(field_count);
+        text[count] = format_count(m_batches, m_total);
+        text[rate] = format_rate(m_images, elapsed_s);
+        text[loss] = format_loss(m_loss);
+        text[learning_rate] = lr;
+        text[eta] = timing;
+        text[run_eta] = run;
+        const auto compose = [&](size_type bar_columns) {
+            std::string rest;
+            for (int f = 0; f < field_count; ++f)
             {
-                rest += " (" + std::to_string(m_batches * 100 / m_total) + "%)";
+                const std::string piece = f == bar ? (bar_columns ? format_bar(m_batches, m_total, bar_columns) : "")
+                                                   : text[static_cast<size_type>(f)];
+                if (!piece.empty())
+                    rest += " " + piece;
             }
-            rest += ", " + format_rate(m_images, elapsed_s) + ", " + format_loss(m_loss) + ", " + timing;
+            return rest;
+        };
+        size_type bar_columns = bar_width;
+        std::string rest = compose(bar_columns);
+        const int drop_order[] = {learning_rate, run_eta, rate, bar, count};
+        std::size_t dropped = 0;
+        while (m_label.size() + rest.size() > width)
+        {
+            const size_type over = m_label.size() + rest.size() - width;
+            if (bar_columns > min_bar_width)
+                bar_columns = std::max(min_bar_width, bar_columns > over ? bar_columns - over : 0);
+            else if (dropped < std::size(drop_order))
+            {
+                const int f = drop_order[dropped++];
+                if (f == bar)
+                    bar_columns = 0;
+                else
+                    text[static_cast<size_type>(f)].clear();
+            }
+            else
+                break;
+            rest = compose(bar_columns);
         }
 
         std::string label = m_label;
-        if (m_is_terminal && label.size() + rest.size() > max_columns)
+        if (label.size() + rest.size() > width)
         {
-            const size_type room = rest.size() < max_columns ? max_columns - rest.size() : 0;
+            const size_type room = rest.size() < width ? width - rest.size() : 0;
             label = room >= 3 ? label.substr(0, room - 3) + "..." : label.substr(0, room);
         }
-        std::string text = label + rest;
-        if (m_is_terminal && text.size() > max_columns)
-        {
-            text.resize(max_columns);
-        }
-        return text;
+        std::string line = label + rest;
+        if (line.size() > width)
+            line.resize(width);
+        return line;
     }
 
     void progress_bar::draw_terminal(const std::string& text)

@@ -172,6 +172,9 @@ namespace xgrad::train
         std::ostream& out = log() ? *log() : discard;
         progress_bar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(m_options.epochs),
                          static_cast<std::size_t>(steps), out, m_options.log_is_terminal);
+        // The whole run's ETA: the epochs after this one, each of `steps` batches (their product
+        // was checked against overflow when the schedule was made).
+        bar.set_run(static_cast<std::size_t>((m_options.epochs - epoch - 1) * steps));
         double loss_sum = 0;
         // The class count is the logits' width, known from the first batch (a tally of 1 class
         // stands in until then; add() names logits that are not [batch, classes]).
@@ -223,7 +226,7 @@ namespace xgrad::train
             loss_sum += batch_loss;
             seen += n;
             bar.update(static_cast<std::size_t>(++done), static_cast<std::size_t>(seen_global),
-                       seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0);
+                       seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0, m_optimizer.lr());
         }
         images = seen_global;
         epoch_metrics m;

@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -502,4 +503,96 @@ TEST_CASE("metrics CSV: a FIFO is refused at once, and epochs outside [1, 214748
     }
     write_text(path, header + "2147483647,0.5,0.8,0.4,0.85,30\n");
     CHECK(read_metrics_csv(path).at(0).epoch == 2147483647);
+}
+
+TEST_CASE("progress_bar: the line fits the terminal, whatever its width; the run's ETA and the learning rate")
+{
+    manual_clock clock;
+    // Wide: every field, the run's ETA from the later epochs at this epoch's pace.
+    std::ostringstream out;
+    progress_bar bar("epoch 1/3", 10, out, true, clock.function());
+    bar.set_columns([] { return std::size_t{200}; });
+    bar.set_run(20);
+    clock.now += 2.0;
+    bar.update(2, 128, 1.5, 1e-3);
+    CHECK(out.str() == "\repoch 1/3 [####....................] 2/10 64.0 img/s loss 1.5000 lr 1.00e-03 ETA 8.0s "
+                       "run 28.0s");
+
+    // A 70-column terminal: every redraw of a 1000-batch epoch stays within 69 columns (a line
+    // that wraps leaves a new line behind at each redraw: 174 lines an epoch before), and the
+    // count, the loss and the ETA are still there.
+    for (const std::size_t columns : {70, 50, 30, 12})
+    {
+        CAPTURE(columns);
+        std::ostringstream narrow;
+        progress_bar b("epoch 12/100", 1000, narrow, true, clock.function());
+        b.set_columns([columns] { return columns; });
+        b.set_run(99000);
+        for (std::size_t batch = 1; batch <= 1000; ++batch)
+        {
+            clock.now += 0.01;
+            b.update(batch, batch * 64, 2.0, 0.05);
+        }
+        b.finish();
+        const std::string text = narrow.str();
+        CHECK(count_of(text, "\n") == 1);
+        const auto draws = split(text.substr(1, text.size() - 2), '\r');
+        for (const auto& draw : draws)
+            CHECK_MESSAGE(draw.size() <= columns - 1, "'" << draw << "'");
+        if (columns >= 50)
+        {
+            CHECK(draws[draws.size() - 2].find("1000/1000") != std::string::npos);
+            CHECK(draws[draws.size() - 2].find("loss 2.0000") != std::string::npos);
+            CHECK(draws[draws.size() - 2].find("ETA 0.0s") != std::string::npos);
+        }
+        if (columns == 70)
+        {
+            // The bar shrank, then the learning rate and the run's ETA were left out; the bar,
+            // the rate and the epoch's ETA stayed.
+            CHECK(draws[1].find("[........]") != std::string::npos);
+            CHECK(draws[1].find("img/s") != std::string::npos);
+            CHECK(draws[1].find("lr 5.00e-02") == std::string::npos);
+            CHECK(draws[1].find("run ") == std::string::npos);
+        }
+    }
+
+    // A resized window is followed at the next redraw.
+    std::size_t columns = 120;
+    std::ostringstream resized;
+    progress_bar r("epoch 1/1", 10, resized, true, clock.function());
+    r.set_columns([&columns] { return columns; });
+    clock.now += 1.0;
+    r.update(1, 1, 1.0, 0.1);
+    columns = 40;
+    clock.now += 1.0;
+    r.update(2, 2, 1.0, 0.1);
+    const auto draws = split(resized.str().substr(1), '\r');
+    REQUIRE(draws.size() == 2);
+    CHECK(draws[0].find("lr 1.00e-01") != std::string::npos);
+    CHECK(draws[1].find_last_not_of(' ') < 39);
+
+    // Plain lines carry both too.
+    std::ostringstream plain;
+    progress_bar p("epoch 1/2", 10, plain, false, clock.function());
+    p.set_run(10);
+    clock.now += 1.0;
+    p.update(5, 320, 0.5, 2e-3);
+    CHECK(plain.str() == "epoch 1/2: 5/10 batches (50%), 320 img/s, loss 0.5000, lr 2.00e-03, ETA 1.0s (run 3.0s)\n");
+}
+
+TEST_CASE("terminal_columns: the terminal's width, else COLUMNS, else 80")
+{
+    if (::isatty(STDOUT_FILENO))
+    {
+        CHECK(xgrad::train::terminal_columns() >= 1);
+        return;
+    }
+    ::setenv("COLUMNS", "57", 1);
+    CHECK(xgrad::train::terminal_columns() == 57);
+    ::setenv("COLUMNS", "5x", 1);
+    CHECK(xgrad::train::terminal_columns() == 80);
+    ::setenv("COLUMNS", "3", 1);
+    CHECK(xgrad::train::terminal_columns() == 80);
+    ::unsetenv("COLUMNS");
+    CHECK(xgrad::train::terminal_columns() == 80);
 }
