@@ -18,9 +18,10 @@
 //   takes int dimensions and throws std::invalid_argument beyond INT_MAX).
 // - CPU kernels parallelise over the framework's thread pool; results do not depend on the
 //   number of threads except where documented: reductions use a fixed blocking independent of
-//   the thread count; the one exception is a CPU matmul whose single product is split into
-//   blocks over the threads (backends/cpu/kernels/matmul.cpp), which may differ in the last
-//   bits between thread counts, as OpenBLAS's own threading does.
+//   the thread count; the one exception is a CPU matmul whose single product has more columns
+//   than rows and is split into column blocks over the threads (backends/cpu/kernels/
+//   matmul.cpp), which may differ in the last bits between thread counts, as OpenBLAS's own
+//   threading does (row splits are exact).
 // - The window kernels (unfold2d, fold2d) take every floating dtype and copy elements
 //   without converting them; fold2d sums 16-bit values in float32 and rounds once.
 #include <cstdint>
@@ -29,8 +30,11 @@
 /// new op code joins its list here, gets its formula in backends/common/op_math.hpp, and its
 /// row in the tests' op table (tests/support/op_cases.hpp), which a test checks against these lists.
 /// Unary: neg -x; exp e^x; log ln x; sqrt; rsqrt 1/sqrt(x); abs |x|; relu max(x, 0) with
-/// relu(NaN) = NaN; sigmoid 1/(1+e^-x), without overflow for large |x|; tanh.
-#define XGRAD_UNARY_OPS(X) X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(relu) X(sigmoid) X(tanh)
+/// relu(NaN) = NaN; sigmoid 1/(1+e^-x), without overflow for large |x|; tanh; log1p ln(1+x)
+/// and expm1 e^x-1, accurate near 0 where the composites lose every digit; erf, the error
+/// function.
+#define XGRAD_UNARY_OPS(X)                                                                                             \
+    X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(relu) X(sigmoid) X(tanh) X(log1p) X(expm1) X(erf)
 /// Binary: add, sub, mul, div; pow a^b as std::pow; comparisons give 1 or 0 in the operand dtype.
 #define XGRAD_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
 /// Reductions: sum (of an empty range: 0); max (propagates NaN; the ops layer rejects empty

@@ -26,6 +26,9 @@ namespace xgrad::kernels
         case unary_op::relu: return x < T(0) ? T(0) : x;
         case unary_op::sigmoid: return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
         case unary_op::tanh: return std::tanh(x);
+        case unary_op::log1p: return std::log1p(x);
+        case unary_op::expm1: return std::expm1(x);
+        case unary_op::erf: return std::erf(x);
         }
         return x;
     }

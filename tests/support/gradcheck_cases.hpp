@@ -6,7 +6,9 @@
 // the inputs on a device; the rows' constants follow them with on()).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,19 @@ namespace gradcheck_cases
         };
     }
 
+    /// Accepts inputs none of whose elements lies within 0.05 of a kink (clamp's bounds), far
+    /// beyond the finite-difference steps.
+    inline std::function<bool(const args&)> away_from(std::vector<double> kinks)
+    {
+        return [kinks](const args& a) {
+            for (double v : to_vector(a[0]))
+                for (double k : kinks)
+                    if (std::abs(v - k) < 0.05)
+                        return false;
+            return true;
+        };
+    }
+
 #define F(expr)                                                                                                        \
     [](const args& x) {                                                                                                \
         (void)x;                                                                                                       \
@@ -137,6 +152,15 @@ namespace gradcheck_cases
         {"transpose",          {{3, 4}, {4, 3}},        domain::any,      F(mul(transpose(x[0], 0, 1), x[1]))},
         {"slice",              {{5, 4}},                domain::any,      F(square(slice(x[0], 0, 1, 5, 2)))},
         {"slice (negative)",   {{5, 4}},                domain::any,      F(square(slice(x[0], 1, -3, -1)))},
+        {"slice (negative step)", {{5, 4}},             domain::any,      F(mul(slice(x[0], 0, 4, 0, -2), slice(x[0], 0, 3, -6, -2)))},
+        {"flip",               {{2, 3, 4}},             domain::any,      F(mul(flip(x[0], {0, 2}), x[0]))},
+        {"clamp",              {{3, 4}},                domain::any,      F(square(clamp(x[0], -0.5, 0.7))), away_from({-0.5, 0.7})},
+        {"clamp (min only)",   {{3, 4}},                domain::any,      F(square(clamp(x[0], 0.1, std::nullopt))), away_from({0.1})},
+        {"softplus",           {{3, 4}},                domain::any,      F(softplus(x[0]))},
+        {"softplus (beta 2.5)", {{3, 4}},               domain::any,      F(softplus(x[0], 2.5))},
+        {"silu",               {{3, 4}},                domain::any,      F(silu(x[0]))},
+        {"gelu",               {{3, 4}},                domain::any,      F(gelu(x[0]))},
+        {"gelu (tanh)",        {{3, 4}},                domain::any,      F(gelu(x[0], "tanh"))},
         {"expand",             {{3, 1}},                domain::any,      F(square(expand(x[0], {2, 3, 4})))},
         {"sum_to",             {{2, 3, 4}},             domain::any,      F(square(sum_to(x[0], {3, 1})))},
         {"concat",             {{2, 3}, {4, 3}},        domain::any,      F(square(concat({x[0], x[1]}, 0)))},

@@ -95,6 +95,9 @@ namespace tests
         {unary_op::relu,    "relu",    XGRAD_TEST_OP1(relu),    domain::nonzero,  {-100, 100},  {-100, 100}, tolerance::exact},
         {unary_op::sigmoid, "sigmoid", XGRAD_TEST_OP1(sigmoid), domain::any,      {-40, 40},    {-40, 40},   tolerance::libm},
         {unary_op::tanh,    "tanh",    XGRAD_TEST_OP1(tanh),    domain::any,      {-40, 40},    {-40, 40},   tolerance::libm},
+        {unary_op::log1p,   "log1p",   XGRAD_TEST_OP1(log1p),   domain::positive, {-2, 1e4},    {-2, 1e4},   tolerance::libm},
+        {unary_op::expm1,   "expm1",   XGRAD_TEST_OP1(expm1),   domain::any,      {-110, 95},   {-760, 720}, tolerance::libm},
+        {unary_op::erf,     "erf",     XGRAD_TEST_OP1(erf),     domain::any,      {-10, 10},    {-10, 10},   tolerance::libm},
     };
     inline const binary_case binary_cases[] = {
         {binary_op::add, "add", XGRAD_TEST_OP2(add), domain::any,      domain::any,      true,  tolerance::exact},

@@ -8,6 +8,7 @@
 #include "xgrad/gradcheck.hpp"
 #include "xgrad/half.hpp"
 #include "xgrad/interop.hpp"
+#include "xgrad/ops/activation.hpp"
 #include "xgrad/ops/batch_norm.hpp"
 #include "xgrad/ops/conv.hpp"
 #include "xgrad/ops/elementwise.hpp"

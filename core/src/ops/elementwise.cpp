@@ -251,6 +251,52 @@ namespace xgrad
         return y;
     }
 
+    tensor log1p(const tensor& x)
+    {
+        tensor y = unary_forward(x, unary_op::log1p, "log1p");
+        record("log1p", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
+            return std::vector<tensor>{div(g[0], add(x, scalar_like(x, 1.0)))};
+        });
+        return y;
+    }
+
+    tensor expm1(const tensor& x)
+    {
+        tensor y = unary_forward(x, unary_op::expm1, "expm1");
+        // expm1' = e^x = y + 1
+        record("expm1", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
+            const tensor yv = self.unpack(ys);
+            return std::vector<tensor>{mul(g[0], add(yv, scalar_like(yv, 1.0)))};
+        });
+        return y;
+    }
+
+    tensor erf(const tensor& x)
+    {
+        tensor y = unary_forward(x, unary_op::erf, "erf");
+        // erf' = 2 / sqrt(pi) e^(-x^2)
+        record("erf", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
+            return std::vector<tensor>{mul(g[0], mul(exp(neg(mul(x, x))), scalar_like(x, 1.1283791670955125739)))};
+        });
+        return y;
+    }
+
+    tensor clamp(const tensor& x, std::optional<double> min, std::optional<double> max)
+    {
+        detail::check_floating(x, "clamp");
+        if (min && max && !(*min <= *max))
+            throw xgrad::invalid_argument("clamp: min (" + std::to_string(*min) + ") must not exceed max (" +
+                                          std::to_string(*max) + ")");
+        // where() keeps NaN (the comparisons are false for it); the gradient reaches x only
+        // through where's chosen branch, the bounds being constants.
+        tensor y = x;
+        if (min)
+            y = where(lt(x, scalar_like(x, *min)), scalar_like(x, *min), y);
+        if (max)
+            y = where(gt(x, scalar_like(x, *max)), scalar_like(x, *max), y);
+        return y;
+    }
+
     tensor where(const tensor& cond, const tensor& a, const tensor& b)
     {
         detail::check_floating(cond, "where (condition)");

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "../detail.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
+#include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
 
@@ -140,6 +143,25 @@ namespace xgrad
             return std::vector<tensor>{mul(expand(gk, x.shape()), div(hit, expand(ties, x.shape())))};
         });
         return y;
+    }
+
+    tensor argmin(const tensor& x, std::int64_t dim, bool keepdim)
+    {
+        if (!x.defined())
+            throw xgrad::invalid_argument("argmin: the input tensor is undefined");
+        const std::int64_t d = detail::normalize_dim(dim, std::max<std::int64_t>(x.dim(), 1), "argmin", x.shape());
+        if (x.dim() > 0 && x.shape()[static_cast<std::size_t>(d)] == 0)
+            throw xgrad::invalid_argument("argmin: cannot take the argmin over dim " + std::to_string(dim) +
+                                          " of extent 0 in a tensor of shape " + shape_to_string(x.shape()));
+        no_grad guard;
+        if (x.dtype() != dtype::int64)
+            return argmax(neg(x), dim, keepdim);
+        // ~v reverses the order of int64 values with no overflow (-v would overflow at INT64_MIN).
+        std::vector<std::int64_t> values(static_cast<std::size_t>(x.numel()));
+        to_host(x, values.data(), dtype::int64);
+        for (std::int64_t& v : values)
+            v = ~v;
+        return argmax(from_host(values.data(), x.shape(), dtype::int64, x.device()), dim, keepdim);
     }
 
     tensor argmax(const tensor& x, std::int64_t dim, bool keepdim)

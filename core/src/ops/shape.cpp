@@ -6,7 +6,10 @@
 #include "xgrad/ops/shape.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "../detail.hpp"
 #include "xgrad/autograd.hpp"
@@ -14,6 +17,7 @@
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
 #include "xgrad/ops/reduce.hpp"
 
 namespace xgrad
@@ -166,12 +170,73 @@ namespace xgrad
     tensor slice(const tensor& x, std::int64_t dim, std::int64_t start, std::int64_t stop, std::int64_t step)
     {
         detail::check_defined(x, "slice");
+        if (step < 0)
+        {
+            // Python's rule for a negative step, then the same elements as a forward slice,
+            // reversed: start, start - |step|, ... > stop is lo, lo + |step|, ..., start backwards.
+            if (step == std::numeric_limits<std::int64_t>::min())
+                throw xgrad::invalid_argument("slice: step " + std::to_string(step) + " has no positive counterpart");
+            const std::int64_t d = detail::normalize_dim(dim, x.dim(), "slice", x.shape());
+            const std::int64_t n = x.shape()[static_cast<std::size_t>(d)];
+            const auto clamp_back = [n](std::int64_t i) {
+                // i + n cannot overflow for i < 0; the clamp keeps int64's extremes meaningful.
+                return std::clamp(i < 0 ? i + n : i, std::int64_t{-1}, n - 1);
+            };
+            const std::int64_t first = clamp_back(start), last = clamp_back(stop), stride = -step;
+            const std::int64_t count = first > last ? (first - last - 1) / stride + 1 : 0;
+            const std::int64_t lo = count > 0 ? first - (count - 1) * stride : 0;
+            return flip(slice(x, d, lo, count > 0 ? first + 1 : 0, stride), {d});
+        }
         const slice_range r = resolve_slice(x.shape(), dim, start, stop, step);
         tensor y = slice_view(x, r);
         record("slice", {x}, {y}, [xs = x.shape(), r](function_node&, const std::vector<tensor>& g) {
             return std::vector<tensor>{slice_backward(g[0], xs, r.dim, r.start, r.step)};
         });
         return y;
+    }
+
+    tensor flip(const tensor& x, const std::vector<std::int64_t>& dims)
+    {
+        detail::check_defined(x, "flip");
+        std::vector<bool> flipped(static_cast<std::size_t>(x.dim()), false);
+        for (const std::int64_t dim : dims)
+        {
+            const auto d = static_cast<std::size_t>(detail::normalize_dim(dim, x.dim(), "flip", x.shape()));
+            if (flipped[d])
+                throw xgrad::invalid_argument("flip: dimension " + std::to_string(d) +
+                                              " is named twice in the dims of " + shape_to_string(x.shape()));
+            flipped[d] = true;
+        }
+        if (x.numel() == 0 || std::none_of(flipped.begin(), flipped.end(), [](bool f) { return f; }))
+            return x; // tensors are immutable: the input itself is the result
+        // The row-major position in x of each element of the result: an odometer over the
+        // result's indices, moving the source position by +-1 row-major stride per step.
+        const auto ndim = static_cast<std::size_t>(x.dim());
+        std::vector<std::int64_t> row_stride(ndim, 1);
+        for (std::size_t d = ndim - 1; d > 0; --d)
+            row_stride[d - 1] = row_stride[d] * x.shape()[d];
+        std::vector<std::int64_t> index(ndim, 0), positions(static_cast<std::size_t>(x.numel()));
+        std::int64_t pos = 0;
+        for (std::size_t d = 0; d < ndim; ++d)
+            if (flipped[d])
+                pos += (x.shape()[d] - 1) * row_stride[d];
+        for (std::int64_t& out : positions)
+        {
+            out = pos;
+            for (std::size_t d = ndim; d-- > 0;)
+            {
+                const std::int64_t step = flipped[d] ? -row_stride[d] : row_stride[d];
+                if (++index[d] < x.shape()[d])
+                {
+                    pos += step;
+                    break;
+                }
+                index[d] = 0;
+                pos -= step * (x.shape()[d] - 1);
+            }
+        }
+        const tensor idx = from_host(positions.data(), x.shape(), dtype::int64, x.device());
+        return take(x, idx);
     }
 
     tensor slice_backward(const tensor& g, const shape_type& shape, std::int64_t dim, std::int64_t start,

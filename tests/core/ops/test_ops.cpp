@@ -70,6 +70,9 @@ TEST_CASE("elementwise ops match xtensor")
         check_close(relu(ta), xt::maximum(a, 0.0));
         check_close(sigmoid(ta), 1.0 / (1.0 + xt::exp(-a)));
         check_close(tanh(ta), xt::tanh(a));
+        check_close(log1p(tp), xt::log1p(p));
+        check_close(expm1(ta), xt::expm1(a));
+        check_close(erf(ta), xt::erf(a));
         check_close(gt(ta, tb), xt::cast<double>(a > b));
         check_close(le(ta, tb), xt::cast<double>(a <= b));
         check_close(eq(ta, ta), xt::ones<double>({3, 4}));

@@ -5,6 +5,8 @@
 // a double scalar operand takes the tensor's dtype. float16/bfloat16 compute in float32 and
 // round the result back. int64 tensors are rejected. Shapes that do not broadcast throw
 // std::invalid_argument naming both shapes.
+#include <optional>
+
 #include "xgrad/tensor.hpp"
 
 namespace xgrad
@@ -30,6 +32,17 @@ namespace xgrad
     tensor relu(const tensor& x);
     tensor sigmoid(const tensor& x);
     tensor tanh(const tensor& x);
+    /// ln(1 + x), accurate for small |x| (log(1 + x) rounds 1 + x first). Gradient 1 / (1 + x).
+    tensor log1p(const tensor& x);
+    /// e^x - 1, accurate for small |x|. Gradient e^x.
+    tensor expm1(const tensor& x);
+    /// The error function. Gradient 2 / sqrt(pi) e^(-x^2).
+    tensor erf(const tensor& x);
+
+    /// x limited to [min, max] (either bound may be omitted; both given, min <= max, else
+    /// xgrad::invalid_argument naming them). NaN stays NaN. The gradient passes where
+    /// min <= x <= max (bounds included, as in PyTorch) and is 0 elsewhere.
+    tensor clamp(const tensor& x, std::optional<double> min, std::optional<double> max);
 
     /// cond != 0 ? a : b, broadcasting all three. cond is any floating tensor (e.g. a mask
     /// from a comparison); gradients flow to a and b, not to cond.

@@ -24,6 +24,11 @@ namespace xgrad
     /// 0. Not differentiable: the result never requires grad. Throws xgrad::invalid_argument
     /// when x is undefined, `dim` is out of range, or x's extent along `dim` is 0.
     tensor argmax(const tensor& x, std::int64_t dim = -1, bool keepdim = false);
+    /// The index of the minimum, as argmax is of the maximum (the first minimum wins; a NaN
+    /// counts as the minimum, the first NaN winning, as in torch.argmin). It is argmax of -x
+    /// for floating x (negation is exact), and of ~x (-x - 1, which cannot overflow) for int64
+    /// x, whose values make a round trip through the host. Errors as argmax's, naming argmin.
+    tensor argmin(const tensor& x, std::int64_t dim = -1, bool keepdim = false);
     /// Sums x down to `shape`, the inverse of broadcasting (x's shape must broadcast from it).
     tensor sum_to(const tensor& x, const shape_type& shape);
 }

@@ -18,9 +18,18 @@ namespace xgrad
     /// dims is a permutation of 0..ndim-1 (negative allowed).
     tensor permute(const tensor& x, const std::vector<std::int64_t>& dims);
     tensor transpose(const tensor& x, std::int64_t d0, std::int64_t d1);
-    /// Elements start, start+step, ... < stop along dim; start/stop clamp like Python slices and
-    /// may be negative; step >= 1.
+    /// Python's x[start:stop:step] along dim. step >= 1: elements start, start+step, ... < stop,
+    /// a view; start and stop count from the end when negative and clamp to [0, n]. step <= -1:
+    /// elements start, start+step, ... > stop, in that (reversed) order, a copy (flip of a
+    /// view); start and stop count from the end when negative and clamp to [-1, n - 1], so
+    /// slice(x, d, INT64_MAX, INT64_MIN, -1) is x reversed along d (Python's x[::-1]). step 0
+    /// throws.
     tensor slice(const tensor& x, std::int64_t dim, std::int64_t start, std::int64_t stop, std::int64_t step = 1);
+    /// x with the order of its elements reversed along each of dims (negative dims count from
+    /// the end; a dimension named twice throws). A copy, through take (xgrad/ops/index.hpp),
+    /// whose int64 index tensor of x's shape it builds on the host, so floating x only (take's
+    /// error otherwise); x itself when no extent is reversed. Gradient: flip (put_add).
+    tensor flip(const tensor& x, const std::vector<std::int64_t>& dims);
     /// Broadcasts x to `shape` (NumPy rules; leading dims may be added). A view with stride 0.
     tensor expand(const tensor& x, const shape_type& shape);
     /// Joins tensors of equal dtype, device and shape (except along dim) along dim.
