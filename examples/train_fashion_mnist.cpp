@@ -92,7 +92,8 @@ namespace
         p.add_path("--data-dir", c.data_dir, "DIR", "MNIST-format folder");
         p.add_uint("--seed", c.seed, 0, UINT64_MAX, "S", "seed of the weights and the batch order");
         p.add_path("--out", c.out, "DIR", "where metrics.csv, metrics.svg and the checkpoints go");
-        p.add_path("--resume", c.resume, "FILE", "continue from a checkpoint of a run with the same settings");
+        p.add_path("--resume", c.resume, "FILE",
+                   "continue from a checkpoint of a run with the same settings (more --epochs extend it)");
         p.add_path("--init-from", c.init_from, "FILE",
                    "start from the weights of a checkpoint or of a PyTorch state_dict saved as safetensors (cast to "
                    "the model's dtypes); the optimizer starts fresh");
@@ -209,6 +210,10 @@ namespace
                           {"limit", std::to_string(c.limit)},
                           {"ranks", ranks},
                           {"sync_bn", c.sync_bn ? "1" : "0"}};
+        // --resume with more --epochs extends a run: the remaining steps follow the schedule of
+        // the longer run (a cosine schedule's learning rate picks up where the longer run's
+        // would be at that step, so the result differs from a run started with that count).
+        o.extendable_metadata = {"epochs"};
         xgrad::train::trainer t(*model, *opt, loader, o);
         if (!c.resume.empty())
         {

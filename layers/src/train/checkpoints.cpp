@@ -1,7 +1,10 @@
 // Checkpoint paths and the resume-compatibility check (see xgrad/train/checkpoints.hpp).
 #include "xgrad/train/checkpoints.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <string>
+#include <system_error>
 
 #include "xgrad/errors.hpp"
 
@@ -15,16 +18,28 @@ namespace xgrad::train
     }
 
     void check_resume_compatible(const std::filesystem::path& checkpoint, const io::metadata_map& found,
-                                 const io::metadata_map& expected)
+                                 const io::metadata_map& expected, const std::vector<std::string>& may_grow)
     {
+        // A non-negative decimal count, or -1 for anything else.
+        const auto count = [](const std::string& text) -> std::int64_t {
+            std::int64_t v = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            return text.empty() || ec != std::errc() || end != text.data() + text.size() || v < 0 ? -1 : v;
+        };
         // Every difference is listed at once: fixing them one rerun at a time would be tedious.
         std::string differences;
         for (const auto& [key, value] : expected)
         {
             const auto it = found.find(key);
             const std::string have = it == found.end() ? "(absent)" : it->second;
-            if (have != value)
-                differences += "\n  " + key + ": checkpoint " + have + ", this run " + value;
+            if (have == value)
+                continue;
+            const bool grows = std::find(may_grow.begin(), may_grow.end(), key) != may_grow.end() && count(have) >= 0 &&
+                               count(value) > count(have);
+            if (!grows)
+                differences +=
+                    "\n  " + key + ": checkpoint " + have + ", this run " + value +
+                    (std::find(may_grow.begin(), may_grow.end(), key) != may_grow.end() ? " (it may only grow)" : "");
         }
         if (!differences.empty())
             throw xgrad::invalid_argument(checkpoint.string() +

@@ -143,16 +143,26 @@ namespace xgrad::train
         // has arrived here, so none reads a file it is still writing.
         if (m_options.data_parallel)
             distributed::barrier(m_options.data_parallel->group());
-        check_resume_compatible(checkpoint, io::read_safetensors_metadata(checkpoint), m_options.run_metadata);
+        const io::metadata_map metadata = io::read_safetensors_metadata(checkpoint);
+        check_resume_compatible(checkpoint, metadata, m_options.run_metadata, m_options.extendable_metadata);
         std::vector<epoch_metrics> earlier;
         if (!m_options.out.empty() && std::filesystem::exists(m_options.out / "metrics.csv"))
             earlier = read_metrics_csv(m_options.out / "metrics.csv");
+        // The file is checked whole (its own errors first), then a run it has completed is
+        // refused with the model and optimizer put back as they were: their values are
+        // immutable tensors, so the handles taken here are the old state.
+        const nn::module::state_dict_type model_before = m_model.state_dict();
+        const optim::optimizer::state_dict_type optimizer_before = m_optimizer.state_dict();
         const io::checkpoint_info info = io::load_checkpoint(checkpoint, m_model, &m_optimizer);
         if (info.epoch >= m_options.epochs)
+        {
+            m_model.load_state_dict(model_before);
+            m_optimizer.load_state_dict(optimizer_before);
             throw xgrad::invalid_argument(checkpoint.string() + ": the checkpoint has already completed " +
                                           std::to_string(info.epoch) + " of " + std::to_string(m_options.epochs) +
-                                          " epochs: the run is complete (a different epoch count is another run, "
-                                          "since the learning-rate schedule spans the whole run)");
+                                          " epochs: the run is complete (more epochs extend it where the run "
+                                          "allows that: trainer_options::extendable_metadata)");
+        }
         m_epochs_done = info.epoch;
         m_history.clear();
         for (const auto& m : earlier)

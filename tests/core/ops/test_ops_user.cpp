@@ -17,7 +17,10 @@ using namespace xgrad;
 
 namespace
 {
-    tensor f64(const std::vector<double>& v, const shape_type& shape) { return from_host(v.data(), shape, dtype::float64); }
+    tensor f64(const std::vector<double>& v, const shape_type& shape)
+    {
+        return from_host(v.data(), shape, dtype::float64);
+    }
     tensor f64(const std::vector<double>& v) { return f64(v, {static_cast<std::int64_t>(v.size())}); }
 
     void check_values(const tensor& got, const std::vector<double>& want, double rtol)
@@ -50,8 +53,8 @@ TEST_CASE("log1p, expm1: accurate where the composites lose every digit")
     CHECK(to_vector(log1p(f64({1e-20})))[0] == 1e-20);
     // float32 computes in float32 and keeps small values too.
     CHECK(to_vector(expm1(f64({1e-10}).to(dtype::float32)))[0] == doctest::Approx(1e-10).epsilon(1e-6));
-    check_values(erf(f64({0.0, 1e-9, -0.5, 2.2, 6.0})),
-                 {0.0, std::erf(1e-9), std::erf(-0.5), std::erf(2.2), 1.0}, 1e-15);
+    check_values(erf(f64({0.0, 1e-9, -0.5, 2.2, 6.0})), {0.0, std::erf(1e-9), std::erf(-0.5), std::erf(2.2), 1.0},
+                 1e-15);
 }
 
 TEST_CASE("softplus, silu, gelu: the formulas, at the extremes too")
@@ -126,14 +129,15 @@ TEST_CASE("slice with a negative step: Python's x[start:stop:step]")
     const auto py = [&](std::int64_t start, std::int64_t stop, std::int64_t step) {
         return to_vector(slice(x, 0, start, stop, step));
     };
-    constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max(), small = std::numeric_limits<std::int64_t>::min();
-    CHECK(py(big, small, -1) == std::vector<double>{5, 4, 3, 2, 1, 0});  // x[::-1]
-    CHECK(py(big, small, -2) == std::vector<double>{5, 3, 1});           // x[::-2]
-    CHECK(py(4, 1, -1) == std::vector<double>{4, 3, 2});                 // x[4:1:-1]
-    CHECK(py(-2, -6, -3) == std::vector<double>{4, 1});                  // x[-2:-6:-3]
-    CHECK(py(10, -100, -4) == std::vector<double>{5, 1});                // x[10:-100:-4]
-    CHECK(py(1, 4, -1).empty());                                         // x[1:4:-1]
-    CHECK(py(-7, small, -1).empty());                                    // x[-7::-1]
+    constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max(),
+                           small = std::numeric_limits<std::int64_t>::min();
+    CHECK(py(big, small, -1) == std::vector<double>{5, 4, 3, 2, 1, 0}); // x[::-1]
+    CHECK(py(big, small, -2) == std::vector<double>{5, 3, 1});          // x[::-2]
+    CHECK(py(4, 1, -1) == std::vector<double>{4, 3, 2});                // x[4:1:-1]
+    CHECK(py(-2, -6, -3) == std::vector<double>{4, 1});                 // x[-2:-6:-3]
+    CHECK(py(10, -100, -4) == std::vector<double>{5, 1});               // x[10:-100:-4]
+    CHECK(py(1, 4, -1).empty());                                        // x[1:4:-1]
+    CHECK(py(-7, small, -1).empty());                                   // x[-7::-1]
     CHECK(slice(x.reshape({2, 3}), 1, big, small, -1).shape() == shape_type{2, 3});
     CHECK_ERROR(slice(x, 0, 0, 6, 0), xgrad::invalid_argument, "step");
     CHECK_ERROR(slice(x, 0, 0, 6, small), xgrad::invalid_argument, "step");
@@ -147,7 +151,8 @@ TEST_CASE("argmin: the first minimum, NaN first, int64 extremes, keepdim")
     CHECK(argmin(x, 0, true).shape() == shape_type{1, 3});
     CHECK(to_vector(argmin(f64({2.0, std::nan(""), 1.0, std::nan("")}), 0)) == std::vector<double>{1});
     const std::vector<std::int64_t> ints{std::numeric_limits<std::int64_t>::max(), -3,
-                                         std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::min()};
+                                         std::numeric_limits<std::int64_t>::min(),
+                                         std::numeric_limits<std::int64_t>::min()};
     CHECK(argmin(from_host(ints.data(), {4}, dtype::int64)).item<std::int64_t>() == 2);
     CHECK(argmin(f64({4.0}, {})).item<std::int64_t>() == 0);
     CHECK(argmin(f64({1.0, 2.0}).to(dtype::bfloat16)).item<std::int64_t>() == 0);

@@ -279,3 +279,27 @@ TEST_CASE("examples: the end of a run, --init-from, and evaluate on a checkpoint
     xgrad::io::save_safetensors(plain_weights, weights);
     check_run(train({"--init-from", plain_weights}), 1, {plain_weights, "'fc2.bias' is missing"});
 }
+
+TEST_CASE("examples: --resume with more --epochs extends a finished run")
+{
+    scratch_folder dir;
+    write_set(dir / "data", "train", 8, 28, 28);
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const auto train = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{"--data-dir", (dir / "data").string(), "--batch-size", "4",
+                                      "--out",      (dir / "out").string(),  "--threads",    "1"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run(XGRAD_TRAIN_FASHION_MNIST, args, dir.path);
+    };
+    check_run(train({"--epochs", "1"}), 0, {"test accuracy after 1 epochs"});
+    const std::string first = (dir / "out" / "checkpoint_epoch_1.safetensors").string();
+    // Nothing left to do: refused, saying how to extend (before, any other count was refused).
+    check_run(train({"--epochs", "1", "--resume", first}), 1, {"already completed 1 of 1 epochs"});
+    check_run(train({"--epochs", "3", "--resume", first}), 0,
+              {"resumed from " + first + " after epoch 1", "epoch 3/3", "test accuracy after 3 epochs"});
+    CHECK(fs::exists(dir / "out" / "checkpoint_epoch_3.safetensors"));
+    // Other settings must still agree, and the count may only grow.
+    check_run(train({"--epochs", "4", "--seed", "5", "--resume", first}), 1, {"seed: checkpoint 0, this run 5"});
+    const std::string third = (dir / "out" / "checkpoint_epoch_3.safetensors").string();
+    check_run(train({"--epochs", "2", "--resume", third}), 1, {"epochs: checkpoint 3, this run 2 (it may only grow)"});
+}

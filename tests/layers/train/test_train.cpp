@@ -219,6 +219,19 @@ TEST_CASE("checkpoint_path and check_resume_compatible")
     {
         CHECK(std::string(e.what()).find("batch_size") == std::string::npos); // equal keys are not listed
     }
+
+    // A key that may grow: a larger count passes, a smaller one, a non-count or another key not.
+    const io::metadata_map run = {{"epochs", "5"}, {"seed", "0"}};
+    const std::vector<std::string> grow{"epochs"};
+    CHECK_NOTHROW(train::check_resume_compatible("a", {{"epochs", "2"}, {"seed", "0"}}, run, grow));
+    CHECK_ERROR(train::check_resume_compatible("a", {{"epochs", "9"}, {"seed", "0"}}, run, grow),
+                xgrad::invalid_argument, "epochs: checkpoint 9, this run 5 (it may only grow)");
+    CHECK_ERROR(train::check_resume_compatible("a", {{"epochs", "two"}, {"seed", "0"}}, run, grow),
+                xgrad::invalid_argument, "epochs: checkpoint two");
+    CHECK_ERROR(train::check_resume_compatible("a", {{"epochs", "2"}, {"seed", "0"}}, run), xgrad::invalid_argument,
+                "epochs: checkpoint 2, this run 5");
+    CHECK_ERROR(train::check_resume_compatible("a", {{"epochs", "5"}, {"seed", "1"}}, run, {"seed"}),
+                xgrad::invalid_argument, "seed: checkpoint 1, this run 0 (it may only grow)");
 }
 
 TEST_CASE("checkpoint_data_format: the layout a checkpoint names, validated before a model is built with it")

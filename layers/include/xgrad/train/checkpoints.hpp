@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "xgrad/io/safetensors.hpp"
 
@@ -20,8 +21,10 @@ namespace xgrad::train
     /// every entry of `expected` with the same value. The message names `checkpoint` and lists
     /// each differing key with both values ("(absent)" for a missing one). Keys of `found`
     /// that `expected` does not name are ignored (e.g. the checkpoint format's own entries).
+    /// A key in `may_grow` may differ when both values are non-negative integers and the
+    /// expected one is larger (a run extended by more epochs).
     void check_resume_compatible(const std::filesystem::path& checkpoint, const io::metadata_map& found,
-                                 const io::metadata_map& expected);
+                                 const io::metadata_map& expected, const std::vector<std::string>& may_grow = {});
 
     /// The activation layout a checkpoint's model was trained in: its "data_format" metadata
     /// (stored by a run that names it in trainer_options::run_metadata, as the training

@@ -86,6 +86,10 @@ namespace xgrad::train
         /// Stored in every checkpoint; resume() refuses a checkpoint whose metadata differs on
         /// any of these keys. Keys reserved by io::save_checkpoint are refused by it.
         io::metadata_map run_metadata;
+        /// Keys of run_metadata whose integer value may be larger on resume than in the
+        /// checkpoint: the training example names "epochs", so that a finished run can be
+        /// extended (see check_resume_compatible).
+        std::vector<std::string> extendable_metadata;
         /// Not owned; must outlive fit(). Null: the optimizer's learning rate is left as it is.
         const optim::lr_schedule* schedule = nullptr;
         schedule_unit schedule_by = schedule_unit::step;
