@@ -336,20 +336,6 @@ namespace xgrad::nn
         return y;
     }
 
-    std::string sequential::describe() const
-    {
-        std::string s = "sequential(\n";
-        for (const auto& [n, c] : named_children())
-        {
-            std::string inner = c->describe();
-            // indent nested lines
-            for (std::size_t pos = inner.find('\n'); pos != std::string::npos; pos = inner.find('\n', pos + 3))
-                inner.replace(pos, 1, "\n  ");
-            s += "  (" + n + "): " + inner + "\n";
-        }
-        return s + ")";
-    }
-
     std::int64_t count_parameters(const module& m)
     {
         std::int64_t n = 0;

@@ -48,7 +48,21 @@ namespace xgrad::nn
         fail("this module has no single-input forward (it is a container of named parts)");
     }
 
-    std::string module::describe() const { return std::string(type_name()); }
+    std::string module::describe() const
+    {
+        if (m_children.empty())
+            return std::string(type_name());
+        // As PyTorch prints a module: each child on its own line, nested ones indented.
+        std::string s = std::string(type_name()) + "(\n";
+        for (const auto& [n, c] : m_children)
+        {
+            std::string inner = c->describe();
+            for (std::size_t pos = inner.find('\n'); pos != std::string::npos; pos = inner.find('\n', pos + 3))
+                inner.replace(pos, 1, "\n  ");
+            s += "  (" + n + "): " + inner + "\n";
+        }
+        return s + ")";
+    }
 
     void module::fail(const std::string& what) const
     {

@@ -65,12 +65,20 @@ TEST_CASE("Scope: the root scope is CPU with recording on; With* return modified
     CHECK(root.device() == cpu_device);
     CHECK(root.WithDevice("cuda:1").device() == gpu.device());
     CHECK(gpu.WithGradientRecording(false).device() == gpu.device()); // one setting at a time
+
+    // TensorFlow's own device names, as ported code spells them.
+    CHECK(root.WithDevice("/device:CPU:0").device() == cpu_device);
+    CHECK(root.WithDevice("/cpu:0").device() == cpu_device);
+    CHECK(root.WithDevice("/device:GPU:1").device() == gpu.device());
+    CHECK(root.WithDevice("/gpu:1").device() == gpu.device());
+    CHECK(root.WithDevice("/job:localhost/replica:0/task:0/device:GPU:0").device() == device{device_type::cuda, 0});
 }
 
 TEST_CASE("Scope: a device text that names no device is rejected, naming the text")
 {
     const tf::Scope root = tf::Scope::NewRootScope();
-    for (const char* text : {"tpu", "cuda:x", ""})
+    for (const char* text : {"tpu", "cuda:x", "", "/device:TPU:0", "/device:CPU:1", "/device:GPU", "/device:GPU:x",
+                             "/device:GPU:0/job:a", "/job:localhost"})
     {
         CAPTURE(text);
         bool thrown = false;

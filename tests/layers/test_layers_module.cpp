@@ -154,3 +154,17 @@ TEST_CASE("module: an optimizer step replaces parameters through set_parameter")
     }
     CHECK_FALSE(bn.offset().requires_grad());
 }
+
+TEST_CASE("module: describe() lists a custom module's children, nested ones indented")
+{
+    small_net net;
+    const std::string bn = nn::batch_norm2d(3).describe();
+    // Before, a custom module described itself as its type name alone.
+    CHECK(net.describe() == "small_net(\n  (bn1): " + bn + "\n  (bn2): " + bn + "\n)");
+    auto outer = std::make_shared<nn::sequential>();
+    outer->add("block", std::make_shared<small_net>());
+    outer->add("relu", std::make_shared<nn::relu>());
+    CHECK(outer->describe() ==
+          "sequential(\n  (block): small_net(\n    (bn1): " + bn + "\n    (bn2): " + bn + "\n  )\n  (relu): relu\n)");
+    CHECK(nn::relu().describe() == "relu");
+}

@@ -4,6 +4,11 @@
 // why the outputs are those of the core functions bit for bit.
 #include "xgrad/compat/tensorflow.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <string>
+#include <system_error>
 #include <utility>
 
 #include "xgrad/autograd.hpp"
@@ -51,7 +56,55 @@ namespace xgrad::compat::tensorflow
         return s;
     }
 
-    Scope Scope::WithDevice(std::string_view text) const { return WithDevice(parse_device(text)); }
+    namespace
+    {
+        /// TensorFlow's device names: "/device:CPU:0", "/cpu:0", "/device:GPU:1", "/gpu:1",
+        /// optionally after "/job:.../replica:.../task:..." parts, the type in any case. The
+        /// one CPU is index 0; GPU n is cuda:n.
+        device parse_tensorflow_device(std::string_view text)
+        {
+            const auto refuse = [&](const std::string& why) -> device {
+                throw xgrad::invalid_argument("unknown device '" + std::string(text) + "': " + why);
+            };
+            std::string_view spec;
+            for (std::size_t at = 1; at <= text.size();)
+            {
+                const std::size_t next = std::min(text.find('/', at), text.size());
+                const std::string_view part = text.substr(at, next - at);
+                if (part.substr(0, 4) != "job:" && part.substr(0, 8) != "replica:" && part.substr(0, 5) != "task:")
+                {
+                    if (!spec.empty() || next != text.size())
+                        return refuse("the device must be the last part of a TensorFlow device name");
+                    spec = part.substr(0, 7) == "device:" ? part.substr(7) : part;
+                }
+                at = next + 1;
+            }
+            const std::size_t colon = spec.find(':');
+            std::string type(spec.substr(0, colon));
+            for (char& c : type)
+                c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            int index = -1;
+            if (colon != std::string_view::npos)
+            {
+                const std::string_view digits = spec.substr(colon + 1);
+                const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+                if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+                    index = -1;
+            }
+            if (index < 0)
+                return refuse("expected a TensorFlow device such as '/device:CPU:0' or '/device:GPU:0'");
+            if (type == "CPU")
+                return index == 0 ? cpu_device : refuse("xgrad has one CPU device, '/device:CPU:0'");
+            if (type == "GPU")
+                return device{device_type::cuda, index};
+            return refuse("device type '" + type + "' is not one xgrad has (CPU, GPU)");
+        }
+    }
+
+    Scope Scope::WithDevice(std::string_view text) const
+    {
+        return WithDevice(!text.empty() && text[0] == '/' ? parse_tensorflow_device(text) : parse_device(text));
+    }
 
     Scope Scope::WithGradientRecording(bool enabled) const noexcept
     {

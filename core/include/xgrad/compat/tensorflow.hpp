@@ -76,9 +76,11 @@ namespace xgrad::compat::tensorflow
 
         /// A copy of this scope whose ops run on `dev`.
         [[nodiscard]] Scope WithDevice(xgrad::device dev) const noexcept;
-        /// A copy of this scope whose ops run on the device named by `text` ("cpu", "cuda",
-        /// "cuda:1", as xgrad::parse_device reads them); throws std::invalid_argument naming the
-        /// text when it names none.
+        /// A copy of this scope whose ops run on the device named by `text`: xgrad's names
+        /// ("cpu", "cuda", "cuda:1", as xgrad::parse_device reads them) or TensorFlow's
+        /// ("/device:CPU:0", "/cpu:0", "/device:GPU:1", "/gpu:1", after optional "/job:..",
+        /// "/replica:..", "/task:.." parts; GPU n is cuda:n, and the one CPU is index 0).
+        /// Throws std::invalid_argument naming the text when it names none.
         [[nodiscard]] Scope WithDevice(std::string_view text) const;
         /// A copy of this scope whose ops record themselves for autograd (or not).
         [[nodiscard]] Scope WithGradientRecording(bool enabled) const noexcept;

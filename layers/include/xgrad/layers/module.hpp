@@ -75,8 +75,11 @@ namespace xgrad::nn
         /// single-input forward (a container of named parts) cannot be called.
         virtual tensor forward(const tensor& x);
         tensor operator()(const tensor& x) { return forward(x); }
-        /// A one-line description for printing ("conv2d(1, 32, kernel=[3, 3], ...)");
-        /// the base gives type_name().
+        /// A description for printing: one line for a layer ("conv2d(1, 32, kernel=[3, 3],
+        /// ...)"); the base gives type_name() for a module without children, and for one with
+        /// children type_name() followed by one "(name): <child's describe()>" line per child,
+        /// nested ones indented, as PyTorch prints a module. It returns the text; print it
+        /// yourself (std::cout << model.describe()).
         virtual std::string describe() const;
 
         // --- listing (recurse = false: this module's own tensors only) ----------------------

@@ -41,8 +41,6 @@ namespace xgrad::nn
         /// are unchanged. Errors then name the batch-norm child.
         tensor forward(const tensor& x) override;
         std::string_view type_name() const noexcept override { return "sequential"; }
-        /// One line per child: "  (name): child.describe()".
-        std::string describe() const override;
     };
 
     /// Number of scalar parameters of m (recursively).
