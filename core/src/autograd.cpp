@@ -207,6 +207,16 @@ namespace xgrad
                                      "' a second time, but its saved tensors were already freed; pass "
                                      "retain_graph = true to the first backward/grad call if you need to "
                                      "backward through the graph twice");
+        for (std::size_t i = 0; i < m_leaf_versions.size(); ++i)
+        {
+            const auto leaf = m_leaf_versions[i].first.lock();
+            if (leaf && leaf->m_version != m_leaf_versions[i].second)
+                throw std::runtime_error(
+                    "backward through '" + m_name +
+                    "': one of its inputs was given new data (tensor::set_data, as an optimizer step does) after the "
+                    "forward pass used it, so the gradient would mix old and new values; run backward before the "
+                    "step, or run the forward pass again");
+        }
         return m_backward(*this, grad_outputs);
     }
 
@@ -236,7 +246,12 @@ namespace xgrad
         auto n = std::make_shared<function_node>(std::move(name), std::move(backward));
         n->m_next_edges.reserve(inputs.size());
         for (const auto& t : inputs)
+        {
             n->m_next_edges.push_back(t.defined() ? gradient_edge(t) : edge{});
+            // Only a leaf's data can be replaced (set_data), so only leaves need a version.
+            if (t.defined() && !t.impl()->m_grad_fn)
+                n->m_leaf_versions.emplace_back(t.impl(), t.impl()->m_version);
+        }
         n->m_outputs.reserve(outputs.size());
         for (std::size_t i = 0; i < outputs.size(); ++i)
         {

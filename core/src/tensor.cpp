@@ -155,6 +155,30 @@ namespace xgrad
     const std::shared_ptr<node>& tensor::grad_fn() const { return checked().m_grad_fn; }
     bool tensor::is_leaf() const { return !checked().m_grad_fn; }
 
+    tensor& tensor::set_data(const tensor& value)
+    {
+        if (!defined() || !value.defined())
+            throw xgrad::invalid_argument("set_data: the tensor and the new value must be defined");
+        tensor_impl& impl = *m_impl;
+        if (impl.m_grad_fn)
+            throw xgrad::invalid_argument("set_data: the tensor is the output of '" +
+                                          std::string(impl.m_grad_fn->name()) +
+                                          "', not a leaf; only a leaf's data can be replaced");
+        if (value.shape() != shape() || value.dtype() != dtype() || value.device() != device())
+            throw xgrad::invalid_argument("set_data: the new value is " + shape_to_string(value.shape()) + " " +
+                                          std::string(name(value.dtype())) + " on " + xgrad::to_string(value.device()) +
+                                          ", the tensor is " + shape_to_string(shape()) + " " +
+                                          std::string(name(dtype())) + " on " + xgrad::to_string(device()));
+        const tensor_impl& v = *value.impl();
+        impl.m_storage = v.m_storage;
+        impl.m_strides = v.m_strides;
+        impl.m_offset = v.m_offset;
+        ++impl.m_version;
+        return *this;
+    }
+
+    std::uint64_t tensor::version() const { return checked().m_version; }
+
     tensor tensor::detach() const
     {
         const auto& impl = checked();

@@ -250,6 +250,17 @@ namespace xgrad::nn
         s->m_value = p;
     }
 
+    void module::update_parameter(const std::string& name, const tensor& value)
+    {
+        slot* s = find(name, true);
+        if (!s)
+            fail("update_parameter: no parameter named " + quoted(name));
+        const std::string bad = mismatch(s->m_value, value);
+        if (!bad.empty())
+            fail("update_parameter " + quoted(name) + ": " + bad);
+        s->m_value.set_data(value);
+    }
+
     void module::set_buffer(const std::string& name, const tensor& value)
     {
         slot* s = find(name, false);

@@ -7,11 +7,13 @@
 // outputs in dependency order. A node's backward is written with xgrad's own differentiable
 // ops, so with create_graph = true the backward pass is itself recorded and can be
 // differentiated again, to any order.
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xgrad/tensor.hpp"
@@ -99,8 +101,13 @@ namespace xgrad
         /// Frees long chains of nodes without deep recursion.
         ~function_node() override;
         std::string_view name() const override { return m_name; }
+        /// Runs the backward function; throws std::runtime_error when a leaf input was given
+        /// new data (tensor::set_data) after the op recorded it.
         std::vector<tensor> apply(const std::vector<tensor>& grad_outputs) override;
         void release_saved() override { m_backward = nullptr; }
+
+        /// The leaf inputs and their versions when the op ran (set by record()).
+        std::vector<std::pair<std::weak_ptr<tensor_impl>, std::uint64_t>> m_leaf_versions;
 
     private:
         std::string m_name;

@@ -58,6 +58,7 @@ namespace xgrad
         int m_output_nr = 0;                      // which output of m_grad_fn this is
         std::weak_ptr<node> m_grad_accumulator;   // the leaf's accumulate node, while a graph uses it
         std::shared_ptr<grad_hooks> m_grad_hooks; // run after each accumulation; null without hooks
+        std::uint64_t m_version = 0; // counts set_data calls: a graph that recorded an older one refuses to run
     };
 
     class tensor
@@ -108,6 +109,20 @@ namespace xgrad
         bool is_leaf() const;
         /// A tensor sharing storage with this one, cut from the graph (requires_grad false).
         tensor detach() const;
+        /// Gives this handle the data of `value` (its storage, strides and offset; the
+        /// storage is shared, never written), keeping this tensor's identity: every copy of
+        /// the handle sees the new values, its requires_grad, grad() and gradient hooks stay.
+        /// This is how an optimizer updates a parameter in place, so that handles users keep
+        /// (auto w = conv->weight()) stay valid; views taken of the old value keep the old
+        /// values. The data of a tensor is never changed under a graph that uses it: set_data
+        /// increments the tensor's version, and a backward pass through an op that recorded
+        /// the tensor at an older version throws std::runtime_error naming the op. Not
+        /// differentiable and not recorded. Throws xgrad::invalid_argument when either is
+        /// undefined, this is not a leaf (it has a grad_fn), or value's shape, dtype or device
+        /// differ from this tensor's.
+        tensor& set_data(const tensor& value);
+        /// How many times set_data gave this tensor new data.
+        std::uint64_t version() const;
         /// Gradient of this tensor w.r.t. the graph's leaves, accumulated into their grad().
         /// grad_output defaults to 1 for a one-element tensor and is required otherwise.
         void backward(const tensor& grad_output = {}, bool retain_graph = false, bool create_graph = false) const;

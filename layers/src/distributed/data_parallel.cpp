@@ -419,7 +419,7 @@ namespace xgrad::distributed
             check_same_models(model_listing(*m_model, m_options), m_group);
             nn::module& m = *m_model;
             broadcast_from_root(m.named_parameters(), m_group,
-                                [&](const std::string& n, const tensor& v) { m.set_parameter(n, v); });
+                                [&](const std::string& n, const tensor& v) { m.update_parameter(n, v); });
             broadcast_buffers();
         }
         m_state = std::make_shared<state>(m_group, m_options);

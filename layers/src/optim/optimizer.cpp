@@ -210,7 +210,7 @@ namespace xgrad::optim
         }
         for (auto& u : updates)
         {
-            model().set_parameter(u.m_name, u.m_value);
+            model().update_parameter(u.m_name, u.m_value);
             m_state[u.m_name] = std::move(u.m_buffers);
         }
     }

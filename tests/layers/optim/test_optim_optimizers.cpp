@@ -20,6 +20,7 @@
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
+#include "xgrad/layers/conv.hpp"
 #include "xgrad/layers/module.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -92,6 +93,8 @@ TEST_CASE("optim: a step updates only the parameters that require grad and have 
     m.parameter("inner.v").requires_grad_(false); // frozen, though it is given a gradient below
     const tensor w0 = m.parameter("w"), b0 = m.parameter("b"), v0 = m.parameter("inner.v");
     const std::vector<double> w0_values = to_vector(w0);
+    const tensor w0_snapshot = w0.detach(); // shares the data the step replaces
+    const tensor w0_view = w0.reshape({-1});
     optim::adam_options o;
     o.lr = 0.01;
     optim::adam opt(m, o);
@@ -107,15 +110,21 @@ TEST_CASE("optim: a step updates only the parameters that require grad and have 
     CHECK(m.parameter("inner.v").is_same(v0));
     CHECK_FALSE(m.parameter("inner.v").requires_grad());
 
-    // The new "w" is a fresh leaf that requires grad, with no gradient yet; the old value is
-    // unchanged (tensors are immutable).
+    // "w" is updated in place of its handle: the handle taken before the step (as a user keeps
+    // auto w = conv->weight()) is the parameter and reads the new values, a leaf that still
+    // requires grad, its gradient kept until zero_grad. Before, the step replaced it with a
+    // new tensor and w0 went stale. The old data itself is never written: a snapshot or a
+    // view taken before keeps the old values.
     const tensor w1 = m.parameter("w");
-    CHECK_FALSE(w1.is_same(w0));
+    CHECK(w1.is_same(w0));
     CHECK(w1.is_leaf());
     CHECK(w1.requires_grad());
-    CHECK_FALSE(w1.grad().defined());
+    CHECK(w1.grad().defined());
+    CHECK(w1.version() == 1);
     CHECK(w1.dtype() == dtype::float64);
-    CHECK(to_vector(w0) == w0_values);
+    check_close(values_type{{"w", to_vector(w0)}}, values_type{{"w", want.at("w")}}, tol64);
+    CHECK(to_vector(w0_snapshot) == w0_values);
+    CHECK(to_vector(w0_view) == w0_values);
 
     auto state = opt.state_dict();
     CHECK(state.size() == 3);
@@ -315,4 +324,43 @@ TEST_CASE("optim: minimising a quadratic converges")
         }
         CHECK(distance_to_minimum(b) < 1e-6);
     }
+}
+
+TEST_CASE("optim: a handle kept across steps follows the parameter; a graph from before a step refuses to run")
+{
+    generator gen(5);
+    nn::linear fc(3, 2, gen);
+    const tensor w = fc.parameter("weight"); // as a LibTorch user keeps conv->weight()
+    const auto opt = optim::make_optimizer("sgd", fc, 0.1);
+    const tensor x = randn({4, 3}, gen);
+    for (int step = 0; step < 3; ++step)
+    {
+        opt->zero_grad();
+        sum(fc(x)).backward();
+        const std::vector<double> before = to_vector(w);
+        opt->step();
+        // The kept handle sees every step (before, it kept the first value forever).
+        CHECK(fc.parameter("weight").is_same(w));
+        CHECK(to_vector(w) != before);
+        CHECK(to_vector(w) == to_vector(fc.parameter("weight")));
+    }
+    CHECK(w.version() == 3);
+
+    // A forward pass recorded before a step would mix old and new weights in its backward.
+    opt->zero_grad();
+    const tensor loss = sum(fc(x));
+    sum(fc(x)).backward();
+    opt->step();
+    CHECK_ERROR(loss.backward(), std::runtime_error, "backward through", "given new data", "optimizer step");
+    // Recorded after the step, it runs.
+    opt->zero_grad();
+    CHECK_NOTHROW(sum(fc(x)).backward());
+
+    // set_data refuses what is not the same kind of tensor, and non-leaves.
+    CHECK_ERROR(tensor(w).set_data(zeros({3, 2})), xgrad::invalid_argument, "set_data", "[3, 2]", "[2, 3]");
+    CHECK_ERROR(tensor(w).set_data(zeros({2, 3}, dtype::float64)), xgrad::invalid_argument, "set_data", "float64");
+    tensor y = w * 2.0;
+    CHECK_ERROR(y.set_data(zeros({2, 3})), xgrad::invalid_argument, "set_data", "not a leaf");
+    CHECK_ERROR(fc.update_parameter("weight", zeros({3})), xgrad::invalid_argument, "linear", "'weight'");
+    CHECK_ERROR(fc.update_parameter("nope", zeros({3})), xgrad::invalid_argument, "linear", "'nope'");
 }

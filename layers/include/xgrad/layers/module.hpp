@@ -11,20 +11,27 @@
 // "child.grandchild.name"). Every listing follows registration order: a module's own tensors
 // first, then each child's, so the order is deterministic.
 //
-// Tensors are immutable values, so a module's tensors are never changed in place: a new value
-// replaces the old one in its slot, under the same name, through set_parameter / set_buffer.
-// That is how the layers update their running statistics, and how an optimizer step works:
+// Tensor data is never written in place: a new value replaces the old one. Two ways:
 //
-//     {
-//         xgrad::no_grad guard;                      // the update itself is not differentiated
-//         for (const auto& [name, p] : m.named_parameters())
-//             if (p.grad().defined())
-//                 m.set_parameter(name, p - lr * p.grad());
-//     }
+// - update_parameter(name, value) gives the parameter's own handle the new data
+//   (tensor::set_data): the parameter stays the same tensor, so handles held elsewhere
+//   (auto w = conv->weight(), an optimizer's list, a data-parallel wrapper's hooks) see the new
+//   values, and its grad() stays. This is how an optimizer step works:
 //
-// Handles returned by parameters() / named_parameters() / parameter() refer to the tensors in
-// the slots at the time of the call; after a set_parameter they refer to the old value. Read
-// them again after an update.
+//       {
+//           xgrad::no_grad guard;                    // the update itself is not differentiated
+//           for (const auto& [name, p] : m.named_parameters())
+//               if (p.grad().defined())
+//                   m.update_parameter(name, p - lr * p.grad());
+//       }
+//
+//   A graph recorded before the update refuses to run backward afterwards (tensor::set_data).
+// - set_parameter / set_buffer store another tensor in the slot: handles taken before keep
+//   the old tensor. The layers set their running statistics so, and initialisation sets the
+//   parameters so.
+//
+// state_dict() snapshots are unaffected by either: they share the old data, which nothing
+// writes.
 //
 // Errors: bad names, shapes, dtypes or devices throw xgrad::invalid_argument (a
 // std::invalid_argument) naming the module, the tensor and the shapes or dtypes involved.
@@ -116,6 +123,11 @@ namespace xgrad::nn
         /// Because the handle itself is stored, a function of `value` computed through the
         /// module is differentiable w.r.t. `value` (gradcheck through a layer relies on this).
         void set_parameter(const std::string& name, const tensor& value);
+        /// Gives parameter `name` the data of `value` (tensor::set_data) without replacing the
+        /// parameter: same handle, same requires_grad, grad() kept. value: the parameter's shape,
+        /// dtype and device, any tensor (only its data is taken). Throws xgrad::invalid_argument
+        /// naming the module and the parameter otherwise, or when there is no such parameter.
+        void update_parameter(const std::string& name, const tensor& value);
         /// Replaces buffer `name` by value.detach(), which must have the same shape, dtype and
         /// device as the current value.
         void set_buffer(const std::string& name, const tensor& value);

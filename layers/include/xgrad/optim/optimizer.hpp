@@ -1,10 +1,12 @@
 #pragma once
 // Optimizers (namespace xgrad::optim; layers/src/optim/*.cpp).
 //
-// An optimizer updates the parameters of one module. Tensors are immutable values, so a step
-// computes each new parameter under no_grad and stores it with module::set_parameter (see
-// module.hpp); parameters and their state are found by their full names, which is also how
-// the state is saved in a checkpoint.
+// An optimizer updates the parameters of one module. A step computes each new parameter under
+// no_grad and gives it to the parameter with module::update_parameter (see module.hpp): the
+// parameters stay the same tensors, so handles to them stay valid and see the new values, and
+// their grad() stays until zero_grad(). A graph recorded before a step refuses to run backward
+// after it. Parameters and their state are found by their full names, which is also how the
+// state is saved in a checkpoint.
 //
 // State (state_dict): a map from names to tensors, the same on every run with the same seed:
 //   "step"                     int64, shape []: the number of steps taken, in
