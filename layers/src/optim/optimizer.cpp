@@ -17,6 +17,7 @@
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/reduce.hpp"
 
 namespace xgrad::optim
 {
@@ -187,7 +188,7 @@ namespace xgrad::optim
                     for (auto& [b, t] : buffers)
                         t = t.to(cdt);
                 }
-                tensor value = update(n, pc, gc, buffers);
+                tensor value = update(n, pc, gc, buffers, hyper_of(n));
                 if (cdt != dt)
                 {
                     value = value.to(dt);
@@ -313,6 +314,96 @@ namespace xgrad::optim
         m_step = step;
     }
 
+    // --- parameter groups -----------------------------------------------------------------------
+
+    std::vector<std::string> one_dimensional_parameters(const nn::module& m)
+    {
+        std::vector<std::string> names;
+        for (const auto& [n, p] : m.named_parameters())
+            if (p.dim() <= 1)
+                names.push_back(n);
+        return names;
+    }
+
+    void optimizer::set_param_groups(std::vector<param_group> groups)
+    {
+        std::map<std::string, std::size_t> owner;
+        std::vector<std::string> problems;
+        for (std::size_t i = 0; i < groups.size(); ++i)
+        {
+            const param_group& g = groups[i];
+            const std::string who = "group " + std::to_string(i) + ": ";
+            if (!(g.lr_factor >= 0.0) || !std::isfinite(g.lr_factor))
+                problems.push_back(who + "lr_factor must be a finite number >= 0, got " + number(g.lr_factor));
+            if (g.weight_decay && (!(*g.weight_decay >= 0.0) || !std::isfinite(*g.weight_decay)))
+                problems.push_back(who + "weight_decay must be a finite number >= 0, got " + number(*g.weight_decay));
+            for (const auto& n : g.names)
+            {
+                if (!model().has_parameter(n))
+                    problems.push_back(who + quoted(n) + " is not a parameter of the model");
+                else if (const auto [it, inserted] = owner.emplace(n, i); !inserted)
+                    problems.push_back(who + quoted(n) + " is already in group " + std::to_string(it->second));
+            }
+        }
+        if (!problems.empty())
+            fail("set_param_groups: " + join(problems, "; "));
+        m_groups = std::move(groups);
+    }
+
+    optimizer::hyper optimizer::hyper_of(const std::string& name) const
+    {
+        for (const param_group& g : m_groups)
+            if (std::find(g.names.begin(), g.names.end(), name) != g.names.end())
+                return {m_lr * g.lr_factor, g.weight_decay};
+        return {m_lr, std::nullopt};
+    }
+
+    // --- gradient clipping -----------------------------------------------------------------------
+
+    double clip_grad_norm(nn::module& m, double max_norm, double norm_type)
+    {
+        if (!(max_norm >= 0.0) || !std::isfinite(max_norm))
+            throw xgrad::invalid_argument("clip_grad_norm: max_norm must be a finite number >= 0, got " +
+                                          number(max_norm));
+        if (!(norm_type > 0.0))
+            throw xgrad::invalid_argument("clip_grad_norm: norm_type must be positive (or infinity), got " +
+                                          number(norm_type));
+        no_grad guard;
+        std::vector<tensor> params;
+        for (const tensor& p : m.parameters())
+            if (p.grad().defined())
+                params.push_back(p);
+        // Accumulated in double on the host, one reduction per gradient, whatever its dtype.
+        const bool inf_norm = std::isinf(norm_type);
+        double total = 0.0;
+        for (const tensor& p : params)
+        {
+            const tensor g = p.grad().to(dtype::float64);
+            if (inf_norm)
+                total = std::max(total, g.numel() ? max(abs(g)).item() : 0.0);
+            else
+                total += sum(pow(abs(g), norm_type)).item();
+        }
+        if (!inf_norm)
+            total = std::pow(total, 1.0 / norm_type);
+        const double factor = max_norm / (total + 1e-6);
+        if (factor < 1.0 || std::isnan(factor))
+            for (tensor& p : params)
+                p.set_grad(p.grad() * factor);
+        return total;
+    }
+
+    void clip_grad_value(nn::module& m, double clip_value)
+    {
+        if (!(clip_value >= 0.0) || !std::isfinite(clip_value))
+            throw xgrad::invalid_argument("clip_grad_value: clip_value must be a finite number >= 0, got " +
+                                          number(clip_value));
+        no_grad guard;
+        for (tensor p : m.parameters())
+            if (p.grad().defined())
+                p.set_grad(clamp(p.grad(), -clip_value, clip_value));
+    }
+
     // --- sgd ----------------------------------------------------------------------------------
 
     sgd::sgd(nn::module& model, const sgd_options& options) : optimizer(model, checked(options).lr), m_options(options)
@@ -321,10 +412,12 @@ namespace xgrad::optim
 
     std::vector<std::string> sgd::buffer_names() const { return {"momentum_buffer"}; }
 
-    tensor sgd::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state)
+    tensor sgd::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
+                       const hyper& h)
     {
         const sgd_options& o = m_options;
-        tensor d = o.weight_decay != 0.0 ? g + p * o.weight_decay : g;
+        const double weight_decay = h.weight_decay.value_or(o.weight_decay);
+        tensor d = weight_decay != 0.0 ? g + p * weight_decay : g;
         if (o.momentum != 0.0)
         {
             tensor& b = state["momentum_buffer"];
@@ -336,7 +429,7 @@ namespace xgrad::optim
                 b = b * o.momentum + d * (1.0 - o.dampening);
             d = o.nesterov ? d + b * o.momentum : b;
         }
-        return p - d * lr();
+        return p - d * h.lr;
     }
 
     // --- adam / adamw ---------------------------------------------------------------------------
@@ -349,17 +442,19 @@ namespace xgrad::optim
 
     std::vector<std::string> adam::buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
 
-    tensor adam::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state)
+    tensor adam::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
+                        const hyper& h)
     {
         const adam_options& o = m_options;
         const double t = static_cast<double>(step_count());
+        const double weight_decay = h.weight_decay.value_or(o.weight_decay);
         tensor base = p, grad = g;
-        if (o.weight_decay != 0.0)
+        if (weight_decay != 0.0)
         {
             if (m_decoupled)
-                base = p * (1.0 - lr() * o.weight_decay);
+                base = p * (1.0 - h.lr * weight_decay);
             else
-                grad = g + p * o.weight_decay;
+                grad = g + p * weight_decay;
         }
         // The buffers start at zero: b m + (1 - b) g is then exactly (1 - b) g, so the first
         // step skips the multiplication by zero.
@@ -374,7 +469,7 @@ namespace xgrad::optim
         // scalars: sqrt(v / c2) = sqrt(v) / sqrt(c2).
         const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);
         const tensor denom = sqrt(v) * (1.0 / std::sqrt(c2)) + o.eps;
-        return base - m / denom * (lr() / c1);
+        return base - m / denom * (h.lr / c1);
     }
 
     // --- factories ----------------------------------------------------------------------------

@@ -364,3 +364,75 @@ TEST_CASE("optim: a handle kept across steps follows the parameter; a graph from
     CHECK_ERROR(fc.update_parameter("weight", zeros({3})), xgrad::invalid_argument, "linear", "'weight'");
     CHECK_ERROR(fc.update_parameter("nope", zeros({3})), xgrad::invalid_argument, "linear", "'nope'");
 }
+
+TEST_CASE("optim: parameter groups scale the learning rate and replace the weight decay")
+{
+    for (const char* kind : {"sgd", "adamw"})
+    {
+        CAPTURE(kind);
+        toy m;
+        const values_type p0 = values_of(m);
+        const auto opt = optim::make_optimizer(kind, m, 0.1);
+        // No decay on the one-dimensional parameters ("b", "inner.v"); "w" at half the rate.
+        CHECK(optim::one_dimensional_parameters(m) == std::vector<std::string>{"b", "inner.v"});
+        opt->set_param_groups({{optim::one_dimensional_parameters(m), 1.0, 0.0}, {{"w"}, 0.5, std::nullopt}});
+        const values_type g = set_grads(m, 77);
+        opt->step();
+        const bool sgd = std::string(kind) == "sgd";
+        // One step from zero state: sgd (Nesterov, momentum 0.9, no decay by default):
+        // p - lr (d + 0.9 d) with d = g; adamw (decay 0.01): p (1 - lr wd) - lr g / (|g| + eps).
+        for (const auto& [name, values] : values_of(m))
+        {
+            CAPTURE(name);
+            const double lr = name == "w" ? 0.05 : 0.1;
+            const double wd = sgd || name != "w" ? 0.0 : 0.01;
+            for (std::size_t i = 0; i < values.size(); ++i)
+            {
+                const double p = p0.at(name)[i], gi = g.at(name)[i];
+                const double want = sgd ? p - lr * 1.9 * gi : p * (1.0 - lr * wd) - lr * gi / (std::abs(gi) + 1e-8);
+                CHECK(values[i] == doctest::Approx(want).epsilon(1e-12));
+            }
+        }
+    }
+    toy m;
+    optim::sgd opt(m, optim::sgd_options{});
+    CHECK_ERROR(opt.set_param_groups({{{"w", "nope"}, 1.0, {}}, {{"w"}, -1.0, -0.5}}), xgrad::invalid_argument,
+                "sgd: set_param_groups", "'nope' is not a parameter", "'w' is already in group 0", "lr_factor",
+                "weight_decay");
+    CHECK(opt.param_groups().empty());
+}
+
+TEST_CASE("optim: gradient clipping by norm and by value")
+{
+    toy m;
+    for (auto [n, p] : m.named_parameters())
+        p.set_grad(full(p.shape(), n == "w" ? 3.0 : -4.0, dtype::float64)); // 6 threes, 7 fours
+    const double norm = std::sqrt(6 * 9.0 + 7 * 16.0);
+    CHECK(optim::clip_grad_norm(m, 1e9) == doctest::Approx(norm).epsilon(1e-15)); // no clipping
+    CHECK(to_vector(m.parameter("w").grad())[0] == 3.0);
+    CHECK(optim::clip_grad_norm(m, 2.0) == doctest::Approx(norm).epsilon(1e-15));
+    const double scale = 2.0 / (norm + 1e-6);
+    CHECK(to_vector(m.parameter("w").grad())[0] == doctest::Approx(3.0 * scale).epsilon(1e-15));
+    CHECK(to_vector(m.parameter("inner.v").grad())[3] == doctest::Approx(-4.0 * scale).epsilon(1e-15));
+    // The infinity norm, and a gradient-free parameter left alone.
+    m.parameter("b").zero_grad();
+    const double inf = std::numeric_limits<double>::infinity();
+    CHECK(optim::clip_grad_norm(m, 0.5, inf) == doctest::Approx(4.0 * scale).epsilon(1e-15));
+    CHECK_FALSE(m.parameter("b").grad().defined());
+
+    for (tensor p : m.parameters())
+    {
+        // Evenly from -2 to 2.
+        const double n = static_cast<double>(p.numel());
+        p.set_grad(((arange(0, n, 1, dtype::float64) * (4.0 / (n - 1.0))) - 2.0).reshape(p.shape()));
+    }
+    optim::clip_grad_value(m, 0.5);
+    for (const auto& p : m.parameters())
+        for (double v : to_vector(p.grad()))
+            CHECK(std::abs(v) <= 0.5);
+    CHECK(to_vector(m.parameter("b").grad()) == std::vector<double>{-0.5, 0.0, 0.5});
+
+    CHECK_ERROR(optim::clip_grad_norm(m, -1.0), xgrad::invalid_argument, "clip_grad_norm", "max_norm");
+    CHECK_ERROR(optim::clip_grad_norm(m, 1.0, 0.0), xgrad::invalid_argument, "clip_grad_norm", "norm_type");
+    CHECK_ERROR(optim::clip_grad_value(m, std::nan("")), xgrad::invalid_argument, "clip_grad_value");
+}

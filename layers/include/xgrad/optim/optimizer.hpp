@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,22 @@
 
 namespace xgrad::optim
 {
+    /// Hyperparameters for some of the parameters (PyTorch's parameter groups): the
+    /// parameters named, by full name, learn at lr_factor times the optimizer's learning rate
+    /// (so schedules, which set that rate, move every group together) and with their own weight
+    /// decay when it is given. The usual use: no weight decay on biases and batch-norm
+    /// parameters (one_dimensional_parameters).
+    struct param_group
+    {
+        std::vector<std::string> names;
+        double lr_factor = 1.0;
+        std::optional<double> weight_decay;
+    };
+
+    /// The full names of m's parameters with at most one dimension: biases and batch-norm
+    /// weights, which weight decay is usually not applied to.
+    std::vector<std::string> one_dimensional_parameters(const nn::module& m);
+
     class optimizer
     {
     public:
@@ -70,6 +87,14 @@ namespace xgrad::optim
 
         double lr() const noexcept { return m_lr; }
         void set_lr(double lr);
+
+        /// Replaces the parameter groups (none at first: every parameter takes the options as
+        /// they are). Throws xgrad::invalid_argument, changing nothing, for a name that is not
+        /// a parameter of the model, a parameter in two groups, or an lr_factor or weight_decay
+        /// that is negative, NaN or infinite. Groups are hyperparameters, not state: a
+        /// checkpoint does not hold them, and a resumed run sets them again.
+        void set_param_groups(std::vector<param_group> groups);
+        const std::vector<param_group>& param_groups() const noexcept { return m_groups; }
         std::int64_t step_count() const noexcept { return m_step; }
 
         /// Copies of the state (detached tensors sharing storage; tensors are immutable).
@@ -90,13 +115,21 @@ namespace xgrad::optim
         /// `model` must outlive the optimizer.
         optimizer(nn::module& model, double lr);
 
+        /// The hyperparameters of one parameter's update: the learning rate (lr() times its
+        /// group's factor) and the weight decay (its group's, else the options').
+        struct hyper
+        {
+            double lr = 0.0;
+            std::optional<double> weight_decay; // unset: the optimizer's own option
+        };
+
         /// The update rule for one parameter with gradient g; `state` holds its buffers by
         /// short name ("exp_avg"), empty before the parameter's first update, and the rule
         /// stores the new buffers there. Runs under no_grad with p, g and the buffers detached
         /// and in the same compute dtype (float32 or float64); m_step is already incremented
         /// (1 on the first step). Returns the new value, of p's shape, dtype and device.
         virtual tensor update(const std::string& name, const tensor& p, const tensor& g,
-                              std::map<std::string, tensor>& state) = 0;
+                              std::map<std::string, tensor>& state, const hyper& h) = 0;
         /// The short names of the per-parameter buffers this optimizer keeps (no '.'); a
         /// parameter's state holds all of them or none.
         virtual std::vector<std::string> buffer_names() const = 0;
@@ -105,11 +138,26 @@ namespace xgrad::optim
         [[noreturn]] void fail(const std::string& what) const;
 
     private:
+        hyper hyper_of(const std::string& name) const;
+
         nn::module* m_model;
         double m_lr;
         std::int64_t m_step = 0;
         std::map<std::string, std::map<std::string, tensor>> m_state; // parameter -> buffers
+        std::vector<param_group> m_groups;
     };
+
+    /// Scales every gradient of m's parameters by max_norm / (total + 1e-6) when their total
+    /// norm (the norm_type-norm of all gradients together; norm_type may be infinity) exceeds
+    /// max_norm, as torch.nn.utils.clip_grad_norm_ does; returns the total norm before
+    /// clipping (NaN or infinite when a gradient is, and the gradients are then scaled by
+    /// NaN, as PyTorch's default does: check the result). Throws xgrad::invalid_argument for
+    /// max_norm negative or not finite, or norm_type not positive.
+    double clip_grad_norm(nn::module& m, double max_norm, double norm_type = 2.0);
+    /// Clamps every gradient of m's parameters to [-clip_value, clip_value]
+    /// (torch.nn.utils.clip_grad_value_). Throws xgrad::invalid_argument for clip_value
+    /// negative or not finite.
+    void clip_grad_value(nn::module& m, double clip_value);
 
     struct sgd_options
     {
@@ -131,8 +179,8 @@ namespace xgrad::optim
         const sgd_options& options() const noexcept { return m_options; }
 
     protected:
-        tensor update(const std::string& name, const tensor& p, const tensor& g,
-                      std::map<std::string, tensor>& state) override;
+        tensor update(const std::string& name, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
+                      const hyper& h) override;
         std::vector<std::string> buffer_names() const override;
 
     private:
@@ -163,8 +211,8 @@ namespace xgrad::optim
         const adam_options& options() const noexcept { return m_options; }
 
     protected:
-        tensor update(const std::string& name, const tensor& p, const tensor& g,
-                      std::map<std::string, tensor>& state) override;
+        tensor update(const std::string& name, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
+                      const hyper& h) override;
         std::vector<std::string> buffer_names() const override;
 
     private:
