@@ -15,8 +15,10 @@
 // alone prints and writes the files; an error on any rank stops the whole job with its message.
 //
 // Prints a progress bar per epoch (plain lines when the output is not a terminal), the train
-// and test loss and accuracy after each epoch, and writes into --out: metrics.csv, metrics.svg
-// (loss and accuracy per epoch) and checkpoint_epoch_<n>.safetensors after every epoch.
+// and test loss and accuracy after each epoch, and writes into --out: metrics.csv (per epoch,
+// with the learning rate), steps.csv (the loss and learning rate of every step), metrics.svg
+// (loss and accuracy per epoch, loss and learning rate per step) and
+// checkpoint_epoch_<n>.safetensors after every epoch.
 // --resume continues a run from one of its checkpoints exactly where it stopped; --init-from
 // starts a new run (fresh optimizer, epoch 0) from the weights of a checkpoint or of a
 // PyTorch state_dict saved as safetensors (fine-tuning; docs/interop.md). With --summary the
@@ -264,6 +266,7 @@ int main(int argc, char** argv)
         const std::filesystem::path evaluate = self.has_parent_path() ? self.parent_path() / "evaluate" : "evaluate";
         out << "\ntest accuracy after " << last.epoch << " epochs: " << 100.0 * last.test_accuracy << "%\n"
             << "metrics (CSV):   " << r.csv.string() << "\n"
+            << "steps (CSV):     " << r.steps_csv.string() << "\n"
             << "plot (SVG):      " << r.plot.string() << "\n"
             << "checkpoint:      " << r.checkpoint.string() << "\n"
             << "evaluate it:     " << evaluate.string() << " --checkpoint " << r.checkpoint.string() << "\n";

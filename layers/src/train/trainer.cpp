@@ -146,8 +146,11 @@ namespace xgrad::train
         const io::metadata_map metadata = io::read_safetensors_metadata(checkpoint);
         check_resume_compatible(checkpoint, metadata, m_options.run_metadata, m_options.extendable_metadata);
         std::vector<epoch_metrics> earlier;
+        std::vector<step_metrics> earlier_steps;
         if (!m_options.out.empty() && std::filesystem::exists(m_options.out / "metrics.csv"))
             earlier = read_metrics_csv(m_options.out / "metrics.csv");
+        if (!m_options.out.empty() && std::filesystem::exists(m_options.out / "steps.csv"))
+            earlier_steps = read_steps_csv(m_options.out / "steps.csv");
         // The file is checked whole (its own errors first), then a run it has completed is
         // refused with the model and optimizer put back as they were: their values are
         // immutable tensors, so the handles taken here are the old state.
@@ -168,6 +171,10 @@ namespace xgrad::train
         for (const auto& m : earlier)
             if (m.epoch <= info.epoch)
                 m_history.push_back(m);
+        m_steps.clear();
+        for (const auto& st : earlier_steps)
+            if (st.epoch <= info.epoch)
+                m_steps.push_back(st);
         return info;
     }
 
@@ -237,11 +244,16 @@ namespace xgrad::train
             seen += n;
             bar.update(static_cast<std::size_t>(++done), static_cast<std::size_t>(seen_global),
                        seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0, m_optimizer.lr());
+            // This rank's batch mean (an empty shard of a data-parallel step has none).
+            m_steps.push_back({static_cast<int>(epoch + 1), b->index,
+                               n > 0 ? batch_loss / static_cast<double>(n) : std::numeric_limits<double>::quiet_NaN(),
+                               m_optimizer.lr()});
         }
         images = seen_global;
         epoch_metrics m;
         m.seconds = bar.finish();
         m.epoch = static_cast<int>(epoch + 1);
+        m.lr = m_optimizer.lr();
         const classifier_metrics train_metrics = tally.result();
         m.train_loss = train_metrics.loss;
         m.train_accuracy = train_metrics.accuracy;
@@ -306,6 +318,7 @@ namespace xgrad::train
             if (m_writer)
                 std::filesystem::create_directories(m_options.out);
             result.csv = m_options.out / "metrics.csv";
+            result.steps_csv = m_options.out / "steps.csv";
             result.plot = m_options.out / "metrics.svg";
         }
         double train_seconds = 0;
@@ -325,7 +338,8 @@ namespace xgrad::train
                 if (m_writer)
                 {
                     write_metrics_csv(result.csv, m_history);
-                    write_metrics_svg(result.plot, m_history, m_options.plot_title);
+                    write_steps_csv(result.steps_csv, m_steps);
+                    write_metrics_svg(result.plot, m_history, m_options.plot_title, m_steps);
                     io::save_checkpoint(result.checkpoint, m_model, &m_optimizer, m_epochs_done,
                                         m_options.run_metadata);
                 }
@@ -337,6 +351,7 @@ namespace xgrad::train
                 m_options.on_epoch_end(m);
         }
         result.metrics = m_history;
+        result.steps = m_steps;
         result.images_per_s = train_seconds > 0 ? static_cast<double>(train_images) / train_seconds : 0.0;
         return result;
     }

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "tests/support/scratch_folder.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/io/safetensors.hpp"
+#include "xgrad/train/metrics.hpp"
 
 namespace fs = std::filesystem;
 using xgrad::data::idx_array;
@@ -44,6 +47,12 @@ namespace
         std::vector<std::string> argv{program};
         argv.insert(argv.end(), args.begin(), args.end());
         return test_support::run_program(argv, dir);
+    }
+
+    std::string read_text(const fs::path& p)
+    {
+        std::ifstream in(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
 
     /// Checks that the run exited with `status` and printed every one of `parts`.
@@ -298,6 +307,22 @@ TEST_CASE("examples: --resume with more --epochs extends a finished run")
     check_run(train({"--epochs", "3", "--resume", first}), 0,
               {"resumed from " + first + " after epoch 1", "epoch 3/3", "test accuracy after 3 epochs"});
     CHECK(fs::exists(dir / "out" / "checkpoint_epoch_3.safetensors"));
+    // The logs: an lr column per epoch, and every step of the three epochs (2 a epoch: 8
+    // images, batch 4), the first epoch's kept from the first run.
+    const auto epochs = xgrad::train::read_metrics_csv(dir / "out" / "metrics.csv");
+    REQUIRE(epochs.size() == 3);
+    for (const auto& m : epochs)
+        CHECK((m.lr > 0.0 && m.lr <= 2e-3));
+    const auto steps = xgrad::train::read_steps_csv(dir / "out" / "steps.csv");
+    REQUIRE(steps.size() == 6);
+    CHECK(steps[0].epoch == 1);
+    CHECK(steps[5].epoch == 3);
+    CHECK(steps[5].step == 1);
+    CHECK(steps[0].lr == 2e-3);       // the cosine schedule starts at the peak
+    CHECK(steps[5].lr < steps[4].lr); // and falls
+    for (const auto& st : steps)
+        CHECK(std::isfinite(st.loss));
+    CHECK(read_text(dir / "out" / "metrics.svg").find("panel step-loss") != std::string::npos);
     // Other settings must still agree, and the count may only grow.
     check_run(train({"--epochs", "4", "--seed", "5", "--resume", first}), 1, {"seed: checkpoint 0, this run 5"});
     const std::string third = (dir / "out" / "checkpoint_epoch_3.safetensors").string();

@@ -408,11 +408,13 @@ TEST_CASE("metrics CSV: round trip at full precision")
     metrics[1].test_accuracy = 0.1 + 0.2;
     metrics[2].seconds = not_a_number;
     metrics[2].test_loss = -std::numeric_limits<double>::infinity();
+    metrics[0].lr = 2e-3;
+    metrics[1].lr = 1.0 / 7.0;
     write_metrics_csv(path, metrics);
     CHECK(dir.entries() == std::vector<std::string>{"metrics.csv"});
 
     const std::string text = read_text(path);
-    CHECK(text.rfind("epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds\n", 0) == 0);
+    CHECK(text.rfind("epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,lr\n", 0) == 0);
     CHECK(count_of(text, "\n") == 4);
 
     const auto back = read_metrics_csv(path);
@@ -432,6 +434,9 @@ TEST_CASE("metrics CSV: round trip at full precision")
     }
     CHECK(std::isnan(back[2].seconds));
     CHECK(back[2].test_loss == -std::numeric_limits<double>::infinity());
+    CHECK(back[0].lr == 2e-3);
+    CHECK(back[1].lr == 1.0 / 7.0);
+    CHECK(std::isnan(back[2].lr));
 
     // Appending a row, as a resumed run does, keeps the earlier ones.
     auto appended = back;
@@ -442,20 +447,32 @@ TEST_CASE("metrics CSV: round trip at full precision")
     // Only the header: no rows. Windows line ends and blank lines are accepted.
     write_metrics_csv(path, {});
     CHECK(read_metrics_csv(path).empty());
-    write_text(path, std::string(metrics_csv_header) + "\r\n2,0.5,0.75,0.25,0.8,12\r\n\r\n");
+    write_text(path, std::string(metrics_csv_header) + "\r\n2,0.5,0.75,0.25,0.8,12,0.01\r\n\r\n");
     const auto crlf = read_metrics_csv(path);
     REQUIRE(crlf.size() == 1);
     CHECK(crlf[0].epoch == 2);
     CHECK(crlf[0].seconds == 12.0);
+    CHECK(crlf[0].lr == 0.01);
+    // A log written before the lr column (a run resumed across the change) still reads.
+    write_text(path, std::string(metrics_csv_header_v1) + "\n2,0.5,0.75,0.25,0.8,12\n");
+    const auto old = read_metrics_csv(path);
+    REQUIRE(old.size() == 1);
+    CHECK(old[0].seconds == 12.0);
+    CHECK(std::isnan(old[0].lr));
 }
 
 TEST_CASE("metrics CSV: malformed files name the path and line")
 {
     scratch_dir dir;
     const fs::path path = dir.path / "metrics.csv";
-    const std::string header = std::string(metrics_csv_header) + "\n";
+    // The six-field log of before the lr column; the seven-field one below.
+    const std::string header = std::string(metrics_csv_header_v1) + "\n";
     const std::string where = path.string();
     const std::string good = "1,0.5,0.8,0.4,0.85,30\n";
+    write_text(path, std::string(metrics_csv_header) + "\n" + good);
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, where.c_str(), "line 2", "expected 7", "got 6");
+    write_text(path, std::string(metrics_csv_header) + "\n1,0.5,0.8,0.4,0.85,30,fast\n");
+    CHECK_ERROR(read_metrics_csv(path), std::runtime_error, "line 2", "lr 'fast'");
 
     write_text(path, header + good + "2,0.5,0.9,0.4\n");
     CHECK_ERROR(read_metrics_csv(path), std::runtime_error, where.c_str(), "line 3", "expected 6", "got 4");
@@ -492,7 +509,7 @@ TEST_CASE("metrics CSV: a FIFO is refused at once, and epochs outside [1, 214748
     fs::remove(fifo);
 
     const fs::path path = dir.path / "epochs.csv";
-    const std::string header = std::string(metrics_csv_header) + "\n";
+    const std::string header = std::string(metrics_csv_header_v1) + "\n";
     for (const char* epoch : {"0", "-3", "2147483648", "99999999999999999999"})
     {
         CAPTURE(epoch);
@@ -595,4 +612,54 @@ TEST_CASE("terminal_columns: the terminal's width, else COLUMNS, else 80")
     CHECK(xgrad::train::terminal_columns() == 80);
     ::unsetenv("COLUMNS");
     CHECK(xgrad::train::terminal_columns() == 80);
+}
+
+TEST_CASE("steps CSV: round trip, and malformed rows named by path and line")
+{
+    scratch_dir dir;
+    const fs::path path = dir.path / "steps.csv";
+    const std::vector<step_metrics> steps{{1, 0, 2.25, 1e-3}, {1, 1, 1.0 / 3.0, 2e-3}, {2, 0, not_a_number, 0.0}};
+    write_steps_csv(path, steps);
+    CHECK(read_text(path).rfind("epoch,step,loss,lr\n1,0,2.25,0.001\n", 0) == 0);
+    const auto back = read_steps_csv(path);
+    REQUIRE(back.size() == 3);
+    CHECK(back[1].epoch == 1);
+    CHECK(back[1].step == 1);
+    CHECK(back[1].loss == 1.0 / 3.0);
+    CHECK(back[1].lr == 2e-3);
+    CHECK(std::isnan(back[2].loss));
+
+    const std::string where = path.string();
+    write_text(path, "epoch,step,loss,lr\n1,-1,0.5,0.1\n");
+    CHECK_ERROR(read_steps_csv(path), std::runtime_error, where.c_str(), "line 2", "step '-1'");
+    write_text(path, "epoch,step,loss,lr\n1,0,0.5\n");
+    CHECK_ERROR(read_steps_csv(path), std::runtime_error, "line 2", "expected 4", "got 3");
+    write_text(path, "epoch,step,loss,lr\n0,0,0.5,0.1\n");
+    CHECK_ERROR(read_steps_csv(path), std::runtime_error, "line 2", "epoch '0'");
+    write_text(path, "epoch,step,loss\n");
+    CHECK_ERROR(read_steps_csv(path), std::runtime_error, "line 1", "header 'epoch,step,loss,lr'");
+}
+
+TEST_CASE("metrics_svg: the step row, with the loss of every step and the learning rate")
+{
+    const std::string without = metrics_svg(three_epochs(), "run");
+    CHECK(without.find("height=\"440\"") != std::string::npos);
+    CHECK(without.find("panel step-loss") == std::string::npos);
+
+    std::vector<step_metrics> steps;
+    for (int e = 1; e <= 3; ++e)
+        for (std::int64_t s = 0; s < 40; ++s)
+            steps.push_back({e, s, 2.0 / static_cast<double>(e + s), 0.1 * (1.0 - (e * 40 + s) / 200.0)});
+    const std::string svg = metrics_svg(three_epochs(), "run", steps);
+    CHECK(svg.find("height=\"810\"") != std::string::npos);
+    CHECK(svg.find("<g class=\"panel step-loss\">") != std::string::npos);
+    CHECK(svg.find("<g class=\"panel lr\">") != std::string::npos);
+    CHECK(svg.find("class=\"series step-loss-train\"") != std::string::npos);
+    CHECK(svg.find("class=\"series lr-lr\"") != std::string::npos);
+    // 120 steps: lines without a circle per step; the epoch panels keep theirs.
+    CHECK(count_of(svg, "class=\"point step-loss") == 0);
+    CHECK(count_of(svg, "class=\"point loss-train") == 3);
+    // A few steps get their points.
+    steps.resize(10);
+    CHECK(count_of(metrics_svg(three_epochs(), "run", steps), "class=\"point lr-lr") == 10);
 }

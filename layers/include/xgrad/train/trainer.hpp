@@ -4,7 +4,7 @@
 //
 //   xgrad::train::trainer_options o;
 //   o.epochs = 10;
-//   o.out = "run";                              // metrics.csv, metrics.svg, checkpoints
+//   o.out = "run";                              // metrics.csv, steps.csv, metrics.svg, checkpoints
 //   o.schedule = schedule.get();                // indexed by global step (or by epoch)
 //   o.test_data = test_set;
 //   o.run_metadata = {{"seed", "0"}, ...};      // what a resumed run must agree on
@@ -80,7 +80,7 @@ namespace xgrad::train
         std::int64_t epochs = 1;
         /// Where the model is; every batch is moved there.
         xgrad::device device = cpu_device;
-        /// Folder for metrics.csv, metrics.svg and checkpoint_epoch_<n>.safetensors (created;
+        /// Folder for metrics.csv, steps.csv, metrics.svg and checkpoint_epoch_<n>.safetensors (created;
         /// written after every epoch). Empty: nothing is written, and nothing can be resumed.
         std::filesystem::path out;
         /// Stored in every checkpoint; resume() refuses a checkpoint whose metadata differs on
@@ -114,8 +114,10 @@ namespace xgrad::train
     struct fit_result
     {
         std::vector<epoch_metrics> metrics;          // every epoch so far, those before a resume included
+        std::vector<step_metrics> steps;             // every step so far (this rank's batch losses)
         double images_per_s = 0.0;                   // training images per second over this fit's epochs (all ranks')
         std::filesystem::path csv, plot, checkpoint; // checkpoint: the last one written (empty if none)
+        std::filesystem::path steps_csv;             // the per-step log
         std::int64_t first_epoch = 0;                // epochs already done when fit() started
     };
 
@@ -142,13 +144,14 @@ namespace xgrad::train
         trainer& operator=(const trainer&) = delete;
 
         /// Loads `checkpoint` into the model and optimizer so that fit() continues after its
-        /// epoch, with the metrics of the earlier epochs taken from options.out/metrics.csv when
-        /// it exists (rows up to the checkpoint's epoch). Everything is checked before anything
+        /// epoch, with the metrics of the earlier epochs and steps taken from
+        /// options.out/metrics.csv and steps.csv when they exist (rows up to the checkpoint's
+        /// epoch). Everything is checked before anything
         /// changes: io::format_error from io::load_checkpoint (naming the file) for a file that
         /// does not fit the model or optimizer; xgrad::invalid_argument naming the file for
         /// run metadata that differs from options.run_metadata (check_resume_compatible) or a
         /// checkpoint that has already completed options.epochs; std::runtime_error naming the
-        /// CSV for a malformed metrics.csv.
+        /// CSV for a malformed metrics.csv or steps.csv.
         io::checkpoint_info resume(const std::filesystem::path& checkpoint);
 
         /// Runs the remaining epochs. Each one: the model in train mode, one optimizer step per
@@ -178,6 +181,7 @@ namespace xgrad::train
         trainer_options m_options;
         size_type m_epochs_done = 0;
         std::vector<epoch_metrics> m_history;
+        std::vector<step_metrics> m_steps;
         bool m_writer = true;                              // logs and writes the files: rank 0
         std::shared_ptr<const data::image_dataset> m_test; // the test set, or this rank's shard of it
     };

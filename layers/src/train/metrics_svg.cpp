@@ -1,7 +1,7 @@
+// The SVG chart of the metrics (see xgrad/train/metrics.hpp): hand-written SVG, one panel per
+// quantity, so the chart needs no plotting library and opens in any browser.
+#include "metrics_internal.hpp"
 #include "xgrad/train/metrics.hpp"
-
-#include "../io/input_file.hpp"
-#include "xgrad/io/atomic_file.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -22,63 +23,8 @@ namespace xgrad::train
 
     namespace
     {
-        // ---- files ------------------------------------------------------------------------
-
-        std::string quoted(const fs::path& path) { return "'" + path.string() + "'"; }
-
-        // Writes content atomically and durably (xgrad/io/atomic_file.hpp), naming the caller
-        // and the path on failure.
-        void write_atomically(const fs::path& path, const std::string& content, const char* what)
-        {
-            try
-            {
-                xgrad::io::write_file_atomically(path, content);
-            }
-            catch (const xgrad::io::file_error& e)
-            {
-                throw std::runtime_error(std::string(what) + ": cannot write " + quoted(path) + ": " + e.what());
-            }
-        }
-
-        // ---- CSV --------------------------------------------------------------------------
-
-        // A row is under 150 bytes: this is over a million epochs, and bounds the read.
-        constexpr std::uint64_t max_metrics_csv_bytes = 256ull << 20;
-
-        std::string csv_number(double value)
-        {
-            if (std::isnan(value))
-            {
-                return "nan";
-            }
-            if (std::isinf(value))
-            {
-                return value > 0 ? "inf" : "-inf";
-            }
-            char buffer[64];
-            std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-            return buffer;
-        }
-
-        std::string trim(const std::string& text)
-        {
-            const auto first = text.find_first_not_of(" \t");
-            if (first == std::string::npos)
-            {
-                return {};
-            }
-            const auto last = text.find_last_not_of(" \t");
-            return text.substr(first, last - first + 1);
-        }
-
-        template <class T>
-        bool parse_whole(const std::string& text, T& value)
-        {
-            const char* begin = text.data();
-            const char* end = begin + text.size();
-            const auto result = std::from_chars(begin, end, value);
-            return !text.empty() && result.ec == std::errc() && result.ptr == end;
-        }
+        using detail::csv_number;
+        using detail::quoted;
 
         // ---- SVG --------------------------------------------------------------------------
 
@@ -168,10 +114,13 @@ namespace xgrad::train
         }
 
         constexpr double width = 1000.0;
-        constexpr double height = 440.0;
+        constexpr double height = 440.0;     // one row; the step row adds row_height
+        constexpr double row_height = 370.0; // the first row's epoch label stays above the second's titles
         constexpr double panel_width = width / 2.0;
-        constexpr double plot_top = 96.0;
-        constexpr double plot_bottom = 370.0;
+        constexpr double row_top = 96.0; // of the first row's plots
+        constexpr double row_bottom = 370.0;
+        constexpr std::size_t max_points = 60;
+        constexpr const char* lr_color = "#2b8a3e";
         constexpr double inner_pad = 14.0; // keeps the first and last points off the frame
         constexpr const char* train_color = "#1f77b4";
         constexpr const char* test_color = "#e8590c";
@@ -190,7 +139,7 @@ namespace xgrad::train
             const char* id; // "loss" or "accuracy"
             std::string title;
             std::string y_label;
-            int value_decimals; // in the title's last values
+            int value_decimals; // in the title's last values; negative: three significant digits
             std::string unit;   // appended to the title's last values
             axis y;
             std::vector<series> lines;
@@ -202,15 +151,25 @@ namespace xgrad::train
             {
                 if (std::isfinite(*it))
                 {
+                    if (decimals < 0) // three significant digits, for values of any scale
+                    {
+                        char buffer[64];
+                        std::snprintf(buffer, sizeof(buffer), "%.3g", *it);
+                        return buffer + unit;
+                    }
                     return fixed(*it, decimals) + unit;
                 }
             }
             return "n/a";
         }
 
-        void draw_panel(std::ostringstream& svg, const panel& p, double origin, const std::vector<int>& epochs,
-                        double x_lo, double x_hi, double x_step)
+        /// One panel at (origin, row offset dy): xs are the points' positions on the epoch axis;
+        /// points get circles only when there are few of them.
+        void draw_panel(std::ostringstream& svg, const panel& p, double origin, double dy,
+                        const std::vector<double>& xs, double x_lo, double x_hi, double x_step)
         {
+            const double plot_top = row_top + dy, plot_bottom = row_bottom + dy;
+            const bool points = xs.size() <= max_points;
             const double left = origin + 78.0;
             const double right = origin + panel_width - 24.0;
             const auto x_of = [&](double epoch) {
@@ -279,14 +238,14 @@ namespace xgrad::train
             {
                 std::string d;
                 bool pen_down = false;
-                for (std::size_t i = 0; i < epochs.size(); ++i)
+                for (std::size_t i = 0; i < xs.size(); ++i)
                 {
                     if (!std::isfinite(s.values[i]))
                     {
                         pen_down = false;
                         continue;
                     }
-                    d += (d.empty() ? "" : " ") + std::string(pen_down ? "L" : "M") + coord(x_of(epochs[i])) + "," +
+                    d += (d.empty() ? "" : " ") + std::string(pen_down ? "L" : "M") + coord(x_of(xs[i])) + "," +
                          coord(y_of(s.values[i]));
                     pen_down = true;
                 }
@@ -301,11 +260,11 @@ namespace xgrad::train
                     svg << " stroke-dasharray=\"" << s.dash << "\"";
                 }
                 svg << " stroke-linejoin=\"round\"/>\n";
-                for (std::size_t i = 0; i < epochs.size(); ++i)
+                for (std::size_t i = 0; points && i < xs.size(); ++i)
                 {
                     if (std::isfinite(s.values[i]))
                     {
-                        svg << "<circle class=\"point " << p.id << "-" << s.name << "\" cx=\"" << coord(x_of(epochs[i]))
+                        svg << "<circle class=\"point " << p.id << "-" << s.name << "\" cx=\"" << coord(x_of(xs[i]))
                             << "\" cy=\"" << coord(y_of(s.values[i])) << "\" r=\"4\" fill=\"" << s.color
                             << "\" stroke=\"#fff\" stroke-width=\"1\"/>\n";
                     }
@@ -344,111 +303,8 @@ namespace xgrad::train
         }
     }
 
-    void write_metrics_csv(const fs::path& path, const std::vector<epoch_metrics>& metrics)
-    {
-        std::string text = std::string(metrics_csv_header) + "\n";
-        for (const epoch_metrics& m : metrics)
-        {
-            text += std::to_string(m.epoch) + "," + csv_number(m.train_loss) + "," + csv_number(m.train_accuracy) +
-                    "," + csv_number(m.test_loss) + "," + csv_number(m.test_accuracy) + "," + csv_number(m.seconds) +
-                    "\n";
-        }
-        write_atomically(path, text, "write_metrics_csv");
-    }
-
-    std::vector<epoch_metrics> read_metrics_csv(const fs::path& path)
-    {
-        // Opened as every reader opens files (a FIFO or a folder is refused at once instead of
-        // blocking), and read whole: the size is known and bounded first.
-        std::string text;
-        try
-        {
-            xgrad::io::detail::input_file file(path);
-            if (file.size() > max_metrics_csv_bytes)
-            {
-                throw std::runtime_error("read_metrics_csv: " + quoted(path) + " is " + std::to_string(file.size()) +
-                                         " bytes, more than the " + std::to_string(max_metrics_csv_bytes) +
-                                         " a metrics log of one line per epoch can take");
-            }
-            text.resize(static_cast<std::size_t>(file.size()));
-            file.read_exact(text.data(), text.size(), "the metrics log");
-        }
-        catch (const xgrad::io::file_error& e)
-        {
-            throw std::runtime_error(std::string("read_metrics_csv: ") + e.what());
-        }
-        std::istringstream in(text);
-        std::vector<epoch_metrics> rows;
-        std::string line;
-        std::size_t line_number = 0;
-        bool header_seen = false;
-        while (std::getline(in, line))
-        {
-            ++line_number;
-            if (!line.empty() && line.back() == '\r')
-            {
-                line.pop_back();
-            }
-            const std::string where = "read_metrics_csv: " + quoted(path) + " line " + std::to_string(line_number) +
-                                      ": ";
-            if (!header_seen)
-            {
-                if (trim(line) != metrics_csv_header)
-                {
-                    throw std::runtime_error(where + "expected the header '" + metrics_csv_header + "', got '" + line +
-                                             "'");
-                }
-                header_seen = true;
-                continue;
-            }
-            if (trim(line).empty())
-            {
-                continue;
-            }
-            std::vector<std::string> fields;
-            std::string field;
-            std::istringstream split(line);
-            while (std::getline(split, field, ','))
-            {
-                fields.push_back(trim(field));
-            }
-            if (line.back() == ',')
-            {
-                fields.emplace_back();
-            }
-            if (fields.size() != 6)
-            {
-                throw std::runtime_error(where + "expected 6 comma-separated fields, got " +
-                                         std::to_string(fields.size()) + " in '" + line + "'");
-            }
-            epoch_metrics m;
-            // Epochs count from 1 (the trainer writes the number of epochs completed).
-            if (!parse_whole(fields[0], m.epoch) || m.epoch < 1)
-            {
-                throw std::runtime_error(where + "epoch '" + fields[0] + "' is not an integer in [1, " +
-                                         std::to_string(std::numeric_limits<int>::max()) + "]");
-            }
-            static const char* const names[] = {"train_loss", "train_accuracy", "test_loss", "test_accuracy",
-                                                "seconds"};
-            double* const targets[] = {&m.train_loss, &m.train_accuracy, &m.test_loss, &m.test_accuracy, &m.seconds};
-            for (std::size_t i = 0; i < 5; ++i)
-            {
-                if (!parse_whole(fields[i + 1], *targets[i]))
-                {
-                    throw std::runtime_error(where + names[i] + " '" + fields[i + 1] + "' is not a number");
-                }
-            }
-            rows.push_back(m);
-        }
-        if (!header_seen)
-        {
-            throw std::runtime_error("read_metrics_csv: " + quoted(path) + " is empty (expected the header '" +
-                                     metrics_csv_header + "')");
-        }
-        return rows;
-    }
-
-    std::string metrics_svg(const std::vector<epoch_metrics>& metrics, const std::string& title)
+    std::string metrics_svg(const std::vector<epoch_metrics>& metrics, const std::string& title,
+                            const std::vector<step_metrics>& steps)
     {
         for (const epoch_metrics& m : metrics)
         {
@@ -466,7 +322,7 @@ namespace xgrad::train
         std::stable_sort(rows.begin(), rows.end(),
                          [](const epoch_metrics& a, const epoch_metrics& b) { return a.epoch < b.epoch; });
 
-        std::vector<int> epochs;
+        std::vector<double> epochs;
         series train_loss{"train", train_color, "", {}};
         series test_loss{"test", test_color, test_dash, {}};
         series train_acc{"train", train_color, "", {}};
@@ -490,6 +346,31 @@ namespace xgrad::train
         }
         const double x_step = x_hi > x_lo ? std::max(1.0, nice_step(x_hi - x_lo, 8.0)) : 1.0;
 
+        // The steps, at epoch - 1 + (step + 1) / (steps in that epoch).
+        std::vector<double> step_xs;
+        series step_loss{"train", train_color, "", {}};
+        series step_lr{"lr", lr_color, "", {}};
+        {
+            std::map<int, std::int64_t> per_epoch;
+            for (const step_metrics& st : steps)
+                per_epoch[st.epoch] = std::max(per_epoch[st.epoch], st.step + 1);
+            for (const step_metrics& st : steps)
+            {
+                step_xs.push_back(st.epoch - 1.0 +
+                                  static_cast<double>(st.step + 1) / static_cast<double>(per_epoch[st.epoch]));
+                step_loss.values.push_back(st.loss);
+                step_lr.values.push_back(st.lr);
+            }
+        }
+        double step_lo = x_lo, step_hi = x_hi;
+        if (!step_xs.empty())
+        {
+            step_lo = std::min(step_lo, *std::min_element(step_xs.begin(), step_xs.end()));
+            step_hi = std::max(step_hi, *std::max_element(step_xs.begin(), step_xs.end()));
+        }
+        const double step_x_step = step_hi > step_lo ? std::max(1.0, nice_step(step_hi - step_lo, 8.0)) : 1.0;
+        const double total_height = steps.empty() ? height : height + row_height;
+
         std::vector<double> losses = train_loss.values;
         losses.insert(losses.end(), test_loss.values.begin(), test_loss.values.end());
         std::vector<double> accuracies = train_acc.values;
@@ -501,8 +382,8 @@ namespace xgrad::train
             "accuracy", "Accuracy", "accuracy (%)", 2, "%", value_axis(accuracies, 0.0, 100.0), {train_acc, test_acc}};
 
         std::ostringstream svg;
-        svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-            << "\" viewBox=\"0 0 " << width << " " << height
+        svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << total_height
+            << "\" viewBox=\"0 0 " << width << " " << total_height
             << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" fill=\"#222\">\n";
         svg << "<title>" << xml_escape(title) << "</title>\n";
         svg << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
@@ -514,23 +395,34 @@ namespace xgrad::train
             svg << "<text x=\"" << coord(width / 2) << "\" y=\"" << coord(height / 2)
                 << "\" text-anchor=\"middle\" font-size=\"15\" fill=\"#888\">no epochs yet</text>\n";
         }
-        draw_panel(svg, loss_panel, 0.0, epochs, x_lo, x_hi, x_step);
-        draw_panel(svg, accuracy_panel, panel_width, epochs, x_lo, x_hi, x_step);
+        draw_panel(svg, loss_panel, 0.0, 0.0, epochs, x_lo, x_hi, x_step);
+        draw_panel(svg, accuracy_panel, panel_width, 0.0, epochs, x_lo, x_hi, x_step);
+        if (!steps.empty())
+        {
+            panel step_loss_panel{
+                "step-loss", "Loss per step", "training loss", 4, "", value_axis(step_loss.values, 0.0, INFINITY),
+                {step_loss}};
+            panel lr_panel{
+                "lr", "Learning rate", "learning rate", -1, "", value_axis(step_lr.values, 0.0, INFINITY), {step_lr}};
+            draw_panel(svg, step_loss_panel, 0.0, row_height, step_xs, step_lo, step_hi, step_x_step);
+            draw_panel(svg, lr_panel, panel_width, row_height, step_xs, step_lo, step_hi, step_x_step);
+        }
         svg << "</svg>\n";
         return svg.str();
     }
 
-    void write_metrics_svg(const fs::path& path, const std::vector<epoch_metrics>& metrics, const std::string& title)
+    void write_metrics_svg(const fs::path& path, const std::vector<epoch_metrics>& metrics, const std::string& title,
+                           const std::vector<step_metrics>& steps)
     {
         std::string document;
         try
         {
-            document = metrics_svg(metrics, title);
+            document = metrics_svg(metrics, title, steps);
         }
         catch (const std::invalid_argument& error)
         {
             throw std::invalid_argument("write_metrics_svg " + quoted(path) + ": " + error.what());
         }
-        write_atomically(path, document, "write_metrics_svg");
+        detail::write_atomically(path, document, "write_metrics_svg");
     }
 }
