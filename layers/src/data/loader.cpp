@@ -33,10 +33,12 @@
 #include <utility>
 #include <vector>
 
+#include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/half.hpp"
+#include "xgrad/ops/shape.hpp"
 
 namespace xgrad::data
 {
@@ -57,21 +59,39 @@ namespace xgrad::data
 
         [[noreturn]] void reject(const std::string& what) { throw xgrad::invalid_argument("data_loader: " + what); }
 
-        /// The 256 possible pixel values, normalised and rounded once to the batch dtype.
+        /// The 256 possible pixel values of each channel, normalised and rounded once to T.
         template <class T>
-        std::vector<T> value_table(double mean, double std, T (*convert)(double))
+        std::vector<std::vector<T>> value_tables(const std::vector<double>& mean, const std::vector<double>& std,
+                                                 T (*convert)(double))
         {
-            std::vector<T> table(256);
-            for (int b = 0; b < 256; ++b)
-                table[static_cast<std::size_t>(b)] = convert((b / 255.0 - mean) / std);
-            return table;
+            std::vector<std::vector<T>> tables(mean.size(), std::vector<T>(256));
+            for (std::size_t c = 0; c < mean.size(); ++c)
+                for (int b = 0; b < 256; ++b)
+                    tables[c][static_cast<std::size_t>(b)] = convert((b / 255.0 - mean[c]) / std[c]);
+            return tables;
         }
 
+        /// One example's channel planes into a batch, at out (element 0 of the example) with
+        /// the given strides of channel and pixel (1 and channels for NHWC, plane and 1 for NCHW).
         template <class T>
-        void fill_pixels(T* out, const std::vector<T>& table, const std::uint8_t* pixels, std::int64_t count)
+        void fill_example(T* out, const std::vector<std::vector<T>>& tables, const std::uint8_t* pixels,
+                          std::int64_t plane, std::int64_t channel_stride, std::int64_t pixel_stride)
         {
-            for (std::int64_t i = 0; i < count; ++i)
-                out[i] = table[pixels[i]];
+            for (std::size_t c = 0; c < tables.size(); ++c)
+            {
+                const std::vector<T>& table = tables[c];
+                const std::uint8_t* in = pixels + static_cast<std::int64_t>(c) * plane;
+                T* o = out + static_cast<std::int64_t>(c) * channel_stride;
+                for (std::int64_t p = 0; p < plane; ++p)
+                    o[p * pixel_stride] = table[in[p]];
+            }
+        }
+
+        /// The generator of one example's transforms: a function of (seed, epoch, example).
+        std::uint64_t example_seed(std::uint64_t seed, std::int64_t epoch, std::int64_t example) noexcept
+        {
+            return splitmix_finalize(epoch_seed(seed, epoch) ^
+                                     splitmix_finalize(static_cast<std::uint64_t>(example) + 0x632BE59BD9B4E019ULL));
         }
     }
 
@@ -79,16 +99,20 @@ namespace xgrad::data
     {
         using order_type = std::vector<std::int64_t>;
 
-        std::shared_ptr<const image_dataset> m_dataset;
+        // One of the two sources.
+        std::shared_ptr<const image_dataset> m_images;
+        std::shared_ptr<const dataset> m_source;
+        std::int64_t m_size = 0;
         loader_options m_options;
         std::int64_t m_batches = 0;
         std::int64_t m_global = 0; // num_replicas * batch_size: a step's global batch
-        std::int64_t m_pixels = 0; // rows * cols
-        // One of these holds the value table for m_options.dtype.
-        std::vector<float> m_table_f32;
-        std::vector<double> m_table_f64;
-        std::vector<float16_t> m_table_f16;
-        std::vector<bfloat16_t> m_table_bf16;
+        std::int64_t m_pixels = 0; // rows * cols, per channel
+        // Per channel: one of these holds the value tables for m_options.dtype (without a
+        // transform), or for the transform's dtype (with one: float32, or float64).
+        std::vector<std::vector<float>> m_table_f32;
+        std::vector<std::vector<double>> m_table_f64;
+        std::vector<std::vector<float16_t>> m_table_f16;
+        std::vector<std::vector<bfloat16_t>> m_table_bf16;
 
         // Shared with the worker; guarded by m_mutex.
         std::mutex m_mutex;
@@ -98,6 +122,7 @@ namespace xgrad::data
         bool m_started = false;
         std::uint64_t m_generation = 0;
         std::shared_ptr<const order_type> m_order;
+        std::int64_t m_epoch = 0;    // of m_order, for the transforms' generators
         std::int64_t m_produced = 0; // batches of this generation built (or failed)
         std::int64_t m_consumed = 0; // batches handed out by next()
         std::optional<batch> m_ready;
@@ -105,14 +130,132 @@ namespace xgrad::data
 
         std::thread m_worker; // last: started after everything above is set up
 
-        batch make_batch(const order_type& order, std::int64_t k) const;
+        batch make_batch(const order_type& order, std::int64_t epoch, std::int64_t k) const;
+        /// The byte path without a transform: every example straight into the batch.
+        void fill_images(batch& out, const order_type& order, std::int64_t first, std::int64_t count) const;
+        /// One example's normalised [C, rows, cols] input, for a transform.
+        tensor image_example(std::int64_t example) const;
+        /// Examples' inputs (transformed), stacked into the batch in the data format.
+        tensor stack(const std::vector<tensor>& inputs, const order_type& order, std::int64_t first) const;
+        std::int64_t label_of(std::int64_t example_index, const example* e) const;
         void worker_loop();
         bool has_work() const noexcept { return m_started && !m_ready && !m_error && m_produced < m_batches; }
     };
 
-    batch data_loader::impl::make_batch(const order_type& order, std::int64_t k) const
+    std::int64_t data_loader::impl::label_of(std::int64_t example_index, const example* e) const
     {
-        const image_dataset& ds = *m_dataset;
+        if (m_images)
+        {
+            const std::uint8_t label = m_images->labels[static_cast<std::size_t>(example_index)];
+            if (label >= m_images->classes)
+                throw data_error("data_loader: label " + std::to_string(label) + " of example " +
+                                 std::to_string(example_index) + " is not below the dataset's classes, " +
+                                 std::to_string(m_images->classes));
+            return label;
+        }
+        return e->label;
+    }
+
+    void data_loader::impl::fill_images(batch& out, const order_type& order, std::int64_t first,
+                                        std::int64_t count) const
+    {
+        const image_dataset& ds = *m_images;
+        const dtype dt = m_options.dtype;
+        const std::int64_t c = ds.channels, example_size = c * m_pixels;
+        const bool nhwc = m_options.data_format == "NHWC";
+        out.images = nhwc ? xgrad::empty({count, ds.rows, ds.cols, c}, dt)
+                          : xgrad::empty({count, c, ds.rows, ds.cols}, dt);
+        // NCHW: a channel is a plane of consecutive pixels; NHWC: a pixel's channels are consecutive.
+        const std::int64_t channel_stride = nhwc ? 1 : m_pixels, pixel_stride = nhwc ? c : 1;
+        auto* labels = out.labels.data<std::int64_t>();
+        for (std::int64_t i = 0; i < count; ++i)
+        {
+            const std::int64_t example_index = order[static_cast<std::size_t>(first + i)];
+            labels[i] = label_of(example_index, nullptr);
+            const std::uint8_t* pixels = ds.images.data() + example_index * example_size;
+            const std::int64_t at = i * example_size;
+            switch (dt)
+            {
+            case dtype::float32:
+                fill_example(out.images.data<float>() + at, m_table_f32, pixels, m_pixels, channel_stride,
+                             pixel_stride);
+                break;
+            case dtype::float64:
+                fill_example(out.images.data<double>() + at, m_table_f64, pixels, m_pixels, channel_stride,
+                             pixel_stride);
+                break;
+            case dtype::float16:
+                fill_example(out.images.data<float16_t>() + at, m_table_f16, pixels, m_pixels, channel_stride,
+                             pixel_stride);
+                break;
+            case dtype::bfloat16:
+                fill_example(out.images.data<bfloat16_t>() + at, m_table_bf16, pixels, m_pixels, channel_stride,
+                             pixel_stride);
+                break;
+            case dtype::int64: throw std::logic_error("data_loader: int64 images"); // rejected by the constructor
+            }
+        }
+    }
+
+    tensor data_loader::impl::image_example(std::int64_t example_index) const
+    {
+        const image_dataset& ds = *m_images;
+        const std::int64_t c = ds.channels;
+        const std::uint8_t* pixels = ds.images.data() + example_index * c * m_pixels;
+        if (m_options.dtype == dtype::float64)
+        {
+            tensor t = xgrad::empty({c, ds.rows, ds.cols}, dtype::float64);
+            fill_example(t.data<double>(), m_table_f64, pixels, m_pixels, m_pixels, 1);
+            return t;
+        }
+        tensor t = xgrad::empty({c, ds.rows, ds.cols}, dtype::float32);
+        fill_example(t.data<float>(), m_table_f32, pixels, m_pixels, m_pixels, 1);
+        return t;
+    }
+
+    tensor data_loader::impl::stack(const std::vector<tensor>& inputs, const order_type& order,
+                                    std::int64_t first) const
+    {
+        // Checked one by one, so the message names the example that does not fit.
+        const shape_type shape = inputs.empty() ? shape_type{} : inputs.front().shape();
+        std::vector<tensor> rows;
+        rows.reserve(inputs.size());
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+        {
+            const tensor& x = inputs[i];
+            const std::int64_t example_index = order[static_cast<std::size_t>(first) + i];
+            if (!x.defined() || !is_floating(x.dtype()) || x.device() != cpu_device || x.shape() != shape)
+                throw xgrad::invalid_argument(
+                    "data_loader: example " + std::to_string(example_index) + "'s input is " +
+                    (x.defined() ? shape_to_string(x.shape()) + " " + std::string(name(x.dtype())) + " on " +
+                                       to_string(x.device())
+                                 : std::string("undefined")) +
+                    "; every input of a batch must be a floating CPU tensor of one shape (the batch's first is " +
+                    shape_to_string(shape) + ")");
+            shape_type one{1};
+            one.insert(one.end(), x.shape().begin(), x.shape().end());
+            rows.push_back(x.to(m_options.dtype).reshape(one));
+        }
+        if (rows.empty())
+        {
+            // An empty batch keeps the layout of a full one where it is known (an image source).
+            if (m_images)
+            {
+                const image_dataset& ds = *m_images;
+                return m_options.data_format == "NHWC"
+                           ? xgrad::empty({0, ds.rows, ds.cols, ds.channels}, m_options.dtype)
+                           : xgrad::empty({0, ds.channels, ds.rows, ds.cols}, m_options.dtype);
+            }
+            return xgrad::empty({0}, m_options.dtype);
+        }
+        tensor images = concat(rows, 0);
+        if (m_options.data_format == "NHWC" && images.dim() == 4)
+            images = images.permute({0, 2, 3, 1}).contiguous();
+        return images;
+    }
+
+    batch data_loader::impl::make_batch(const order_type& order, std::int64_t epoch, std::int64_t k) const
+    {
         const std::int64_t b = m_options.batch_size;
         const auto n = static_cast<std::int64_t>(order.size());
         // k < m_batches = ceil(n / m_global) or less, so k * m_global < n: no overflow. The
@@ -121,38 +264,44 @@ namespace xgrad::data
         const std::int64_t global_first = k * m_global;
         const std::int64_t first = global_first + std::min(m_options.rank * b, n - global_first);
         const std::int64_t count = std::max<std::int64_t>(0, std::min(b, n - first));
-        const dtype dt = m_options.dtype;
 
         batch out;
         out.index = k;
-        out.images = m_options.data_format == "NHWC" ? xgrad::empty({count, ds.rows, ds.cols, 1}, dt)
-                                                     : xgrad::empty({count, 1, ds.rows, ds.cols}, dt);
         out.labels = xgrad::empty({count}, dtype::int64);
+        if (m_images && !m_options.transform)
+        {
+            fill_images(out, order, first, count);
+            return out;
+        }
+        // Example by example: the source's input (or the normalised image), transformed with
+        // the example's own generator, then stacked. No graph is recorded on this thread.
+        no_grad guard;
         auto* labels = out.labels.data<std::int64_t>();
-        // With one channel, [b, 1, rows, cols] and [b, rows, cols, 1] have the same row-major
-        // element order, so both formats are filled alike.
+        std::vector<tensor> inputs;
+        inputs.reserve(static_cast<std::size_t>(count));
         for (std::int64_t i = 0; i < count; ++i)
         {
-            const std::int64_t example = order[static_cast<std::size_t>(first + i)];
-            const std::uint8_t label = ds.labels[static_cast<std::size_t>(example)];
-            if (label >= ds.classes)
-                throw data_error("data_loader: label " + std::to_string(label) + " of example " +
-                                 std::to_string(example) + " is not below the dataset's classes, " +
-                                 std::to_string(ds.classes));
-            labels[i] = label;
-            const std::uint8_t* pixels = ds.images.data() + example * m_pixels;
-            const std::int64_t at = i * m_pixels;
-            switch (dt)
+            const std::int64_t example_index = order[static_cast<std::size_t>(first + i)];
+            tensor input;
+            if (m_images)
             {
-            case dtype::float32: fill_pixels(out.images.data<float>() + at, m_table_f32, pixels, m_pixels); break;
-            case dtype::float64: fill_pixels(out.images.data<double>() + at, m_table_f64, pixels, m_pixels); break;
-            case dtype::float16: fill_pixels(out.images.data<float16_t>() + at, m_table_f16, pixels, m_pixels); break;
-            case dtype::bfloat16:
-                fill_pixels(out.images.data<bfloat16_t>() + at, m_table_bf16, pixels, m_pixels);
-                break;
-            case dtype::int64: throw std::logic_error("data_loader: int64 images"); // rejected by the constructor
+                labels[i] = label_of(example_index, nullptr);
+                input = image_example(example_index);
             }
+            else
+            {
+                const example e = m_source->get(example_index);
+                labels[i] = label_of(example_index, &e);
+                input = e.input;
+            }
+            if (m_options.transform)
+            {
+                generator gen(example_seed(m_options.seed, epoch, example_index));
+                input = m_options.transform(input, gen);
+            }
+            inputs.push_back(std::move(input));
         }
+        out.images = stack(inputs, order, first);
         return out;
     }
 
@@ -166,6 +315,7 @@ namespace xgrad::data
                 return;
             const std::uint64_t generation = m_generation;
             const std::shared_ptr<const order_type> order = m_order;
+            const std::int64_t epoch = m_epoch;
             const std::int64_t k = m_produced;
             lock.unlock();
 
@@ -173,7 +323,7 @@ namespace xgrad::data
             std::exception_ptr error;
             try
             {
-                made = make_batch(*order, k);
+                made = make_batch(*order, epoch, k);
             }
             catch (...)
             {
@@ -192,72 +342,126 @@ namespace xgrad::data
         }
     }
 
+    namespace
+    {
+        /// The options every source shares; returns num_replicas * batch_size.
+        std::int64_t check_options(const loader_options& options)
+        {
+            if (options.batch_size < 1)
+                reject("batch_size must be >= 1, got " + std::to_string(options.batch_size));
+            if (options.data_format != "NCHW" && options.data_format != "NHWC")
+                reject("data_format must be \"NCHW\" or \"NHWC\", got \"" + options.data_format + "\"");
+            if (options.num_replicas < 1)
+                reject("num_replicas must be >= 1, got " + std::to_string(options.num_replicas));
+            if (options.rank < 0 || options.rank >= options.num_replicas)
+                reject("rank must be in [0, num_replicas) = [0, " + std::to_string(options.num_replicas) + "), got " +
+                       std::to_string(options.rank));
+            const std::int64_t global = checked_mul(options.num_replicas, options.batch_size,
+                                                    "data_loader: num_replicas * batch_size");
+            if (!is_floating(options.dtype))
+                reject("dtype must be floating (float32, float64, float16 or bfloat16), got " +
+                       std::string(name(options.dtype)));
+            return global;
+        }
+    }
+
+    void data_loader::start(std::int64_t size, std::int64_t global)
+    {
+        impl& m = *m_impl;
+        m.m_size = size;
+        m.m_global = global;
+        // n / g rounded up without forming n + g - 1, which overflows for a batch size near INT64_MAX.
+        m.m_batches = size / global + (!m.m_options.drop_last && size % global != 0 ? 1 : 0);
+        if (m.m_options.prefetch)
+            m.m_worker = std::thread([&m] { m.worker_loop(); });
+    }
+
     data_loader::data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options)
         : m_impl(std::make_unique<impl>())
     {
         if (!dataset)
             reject("the dataset is null");
         const image_dataset& ds = *dataset;
-        if (options.batch_size < 1)
-            reject("batch_size must be >= 1, got " + std::to_string(options.batch_size));
-        if (!(options.std > 0) || !std::isfinite(options.std))
-            reject("std must be finite and > 0, got " + std::to_string(options.std));
-        if (!std::isfinite(options.mean))
-            reject("mean must be finite, got " + std::to_string(options.mean));
-        if (options.data_format != "NCHW" && options.data_format != "NHWC")
-            reject("data_format must be \"NCHW\" or \"NHWC\", got \"" + options.data_format + "\"");
-        if (options.num_replicas < 1)
-            reject("num_replicas must be >= 1, got " + std::to_string(options.num_replicas));
-        if (options.rank < 0 || options.rank >= options.num_replicas)
-            reject("rank must be in [0, num_replicas) = [0, " + std::to_string(options.num_replicas) + "), got " +
-                   std::to_string(options.rank));
-        const std::int64_t global = checked_mul(options.num_replicas, options.batch_size,
-                                                "data_loader: num_replicas * batch_size");
-        if (!is_floating(options.dtype))
-            reject("dtype must be floating (float32, float64, float16 or bfloat16), got " +
-                   std::string(name(options.dtype)));
-        if (ds.size < 0 || ds.rows < 0 || ds.cols < 0 || ds.classes < 1)
-            reject("the dataset has size " + std::to_string(ds.size) + ", rows " + std::to_string(ds.rows) + ", cols " +
-                   std::to_string(ds.cols) + ", classes " + std::to_string(ds.classes) +
-                   "; sizes must be >= 0 and classes >= 1");
+        const std::int64_t global = check_options(options);
+        if (ds.size < 0 || ds.rows < 0 || ds.cols < 0 || ds.classes < 1 || ds.channels < 1)
+            reject("the dataset has size " + std::to_string(ds.size) + ", channels " + std::to_string(ds.channels) +
+                   ", rows " + std::to_string(ds.rows) + ", cols " + std::to_string(ds.cols) + ", classes " +
+                   std::to_string(ds.classes) + "; sizes must be >= 0, channels and classes >= 1");
         const std::int64_t pixels = checked_mul(ds.rows, ds.cols, "data_loader: the dataset's rows * cols");
-        const std::int64_t bytes = checked_mul(ds.size, pixels, "data_loader: the dataset's size * rows * cols");
+        const std::int64_t bytes =
+            checked_mul(ds.size, checked_mul(ds.channels, pixels, "data_loader: the dataset's channels * rows * cols"),
+                        "data_loader: the dataset's size * channels * rows * cols");
         if (ds.images.size() != static_cast<std::uint64_t>(bytes))
             reject("the dataset's images hold " + std::to_string(ds.images.size()) +
-                   " bytes, expected size * rows * cols = " + std::to_string(ds.size) + " * " +
-                   std::to_string(ds.rows) + " * " + std::to_string(ds.cols));
+                   " bytes, expected size * channels * rows * cols = " + std::to_string(ds.size) + " * " +
+                   std::to_string(ds.channels) + " * " + std::to_string(ds.rows) + " * " + std::to_string(ds.cols));
         if (ds.labels.size() != static_cast<std::uint64_t>(ds.size))
             reject("the dataset's labels hold " + std::to_string(ds.labels.size()) +
                    " bytes, expected size = " + std::to_string(ds.size));
 
+        // The normalisation of each channel.
+        if (!options.channel_mean.empty() || !options.channel_std.empty())
+        {
+            if (options.channel_mean.size() != static_cast<std::size_t>(ds.channels) ||
+                options.channel_std.size() != static_cast<std::size_t>(ds.channels))
+                reject("channel_mean and channel_std must hold one value per channel (" + std::to_string(ds.channels) +
+                       "), got " + std::to_string(options.channel_mean.size()) + " and " +
+                       std::to_string(options.channel_std.size()));
+        }
+        const auto channel_value = [&](const std::vector<double>& values, double all, std::size_t c) {
+            return values.empty() ? all : values[c];
+        };
+        std::vector<double> mean, std;
+        for (std::size_t c = 0; c < static_cast<std::size_t>(ds.channels); ++c)
+        {
+            mean.push_back(channel_value(options.channel_mean, options.mean, c));
+            std.push_back(channel_value(options.channel_std, options.std, c));
+            if (!(std.back() > 0) || !std::isfinite(std.back()))
+                reject("std must be finite and > 0, got " + std::to_string(std.back()) +
+                       (options.channel_std.empty() ? "" : " for channel " + std::to_string(c)));
+            if (!std::isfinite(mean.back()))
+                reject("mean must be finite, got " + std::to_string(mean.back()) +
+                       (options.channel_mean.empty() ? "" : " for channel " + std::to_string(c)));
+        }
+
         impl& m = *m_impl;
-        m.m_dataset = std::move(dataset);
+        m.m_images = std::move(dataset);
         m.m_options = options;
         m.m_pixels = pixels;
-        m.m_global = global;
-        const std::int64_t n = m.m_dataset->size;
-        // n / g rounded up without forming n + g - 1, which overflows for a batch size near INT64_MAX.
-        m.m_batches = n / global + (!options.drop_last && n % global != 0 ? 1 : 0);
-        switch (options.dtype)
+        // With a transform the examples go through float32 (float64 for float64 batches).
+        const dtype table_dtype = options.transform
+                                      ? (options.dtype == dtype::float64 ? dtype::float64 : dtype::float32)
+                                      : options.dtype;
+        switch (table_dtype)
         {
         case dtype::float32:
-            m.m_table_f32 = value_table<float>(options.mean, options.std,
-                                               [](double v) { return static_cast<float>(v); });
+            m.m_table_f32 = value_tables<float>(mean, std, [](double v) { return static_cast<float>(v); });
             break;
-        case dtype::float64:
-            m.m_table_f64 = value_table<double>(options.mean, options.std, [](double v) { return v; });
-            break;
+        case dtype::float64: m.m_table_f64 = value_tables<double>(mean, std, [](double v) { return v; }); break;
         case dtype::float16:
-            m.m_table_f16 = value_table<float16_t>(options.mean, options.std, [](double v) { return to_float16(v); });
+            m.m_table_f16 = value_tables<float16_t>(mean, std, [](double v) { return to_float16(v); });
             break;
         case dtype::bfloat16:
-            m.m_table_bf16 = value_table<bfloat16_t>(options.mean, options.std,
-                                                     [](double v) { return to_bfloat16(v); });
+            m.m_table_bf16 = value_tables<bfloat16_t>(mean, std, [](double v) { return to_bfloat16(v); });
             break;
         case dtype::int64: break; // rejected above
         }
-        if (options.prefetch)
-            m.m_worker = std::thread([&m] { m.worker_loop(); });
+        start(m.m_images->size, global);
+    }
+
+    data_loader::data_loader(std::shared_ptr<const dataset> source, const loader_options& options)
+        : m_impl(std::make_unique<impl>())
+    {
+        if (!source)
+            reject("the dataset is null");
+        const std::int64_t global = check_options(options);
+        const std::int64_t size = source->size();
+        if (size < 0)
+            reject("the dataset's size is " + std::to_string(size));
+        impl& m = *m_impl;
+        m.m_source = std::move(source);
+        m.m_options = options;
+        start(size, global);
     }
 
     data_loader::~data_loader()
@@ -279,7 +483,7 @@ namespace xgrad::data
             reject("epoch must be >= 0, got " + std::to_string(epoch));
         impl& m = *m_impl;
         // Built before taking the lock, so the worker is not held up by the shuffle.
-        auto order = std::make_shared<impl::order_type>(static_cast<std::size_t>(m.m_dataset->size));
+        auto order = std::make_shared<impl::order_type>(static_cast<std::size_t>(m.m_size));
         std::iota(order->begin(), order->end(), std::int64_t{0});
         if (m.m_options.shuffle)
         {
@@ -293,6 +497,7 @@ namespace xgrad::data
             ++m.m_generation;
             m.m_started = true;
             m.m_order = std::move(order);
+            m.m_epoch = epoch;
             m.m_produced = 0;
             m.m_consumed = 0;
             dropped = std::move(m.m_ready);
@@ -311,7 +516,7 @@ namespace xgrad::data
                 throw std::logic_error("data_loader::next: no epoch started (call start_epoch first)");
             if (m.m_consumed == m.m_batches)
                 return std::nullopt;
-            batch out = m.make_batch(*m.m_order, m.m_consumed);
+            batch out = m.make_batch(*m.m_order, m.m_epoch, m.m_consumed);
             ++m.m_consumed;
             return out;
         }
@@ -339,10 +544,10 @@ namespace xgrad::data
         if (step < 0 || step >= m.m_batches)
             reject("global_batch_size: step must be in [0, batches_per_epoch()) = [0, " + std::to_string(m.m_batches) +
                    "), got " + std::to_string(step));
-        return std::min(m.m_global, m.m_dataset->size - step * m.m_global);
+        return std::min(m.m_global, m.m_size - step * m.m_global);
     }
 
-    std::int64_t data_loader::size() const noexcept { return m_impl->m_dataset->size; }
-    const image_dataset& data_loader::dataset() const noexcept { return *m_impl->m_dataset; }
+    std::int64_t data_loader::size() const noexcept { return m_impl->m_size; }
+    const image_dataset* data_loader::images() const noexcept { return m_impl->m_images.get(); }
     const loader_options& data_loader::options() const noexcept { return m_impl->m_options; }
 }

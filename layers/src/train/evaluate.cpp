@@ -126,6 +126,11 @@ namespace xgrad::train
         o.shuffle = false;
         o.data_format = options.data_format;
         o.dtype = options.dtype;
+        o.mean = options.mean;
+        o.std = options.std;
+        o.channel_mean = options.channel_mean;
+        o.channel_std = options.channel_std;
+        o.prefetch = false; // evaluation is one pass; a worker thread would only add a hand-off
         classifier_tally tally(data->classes);
         data::data_loader loader(std::move(data), o);
         loader.start_epoch(0);

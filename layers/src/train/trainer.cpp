@@ -52,11 +52,12 @@ namespace xgrad::train
             const std::int64_t n = data.size, k = ranks, base = n / k, extra = n % k;
             const auto first_of = [&](std::int64_t r) { return r * base + std::min(r, extra); };
             const std::int64_t first = first_of(rank), count = first_of(rank + 1) - first;
-            const std::int64_t pixels = data.rows * data.cols; // checked by the data's own loader
+            const std::int64_t pixels = data.channels * data.rows * data.cols; // checked by the data's own loader
             auto shard = std::make_shared<data::image_dataset>();
             shard->size = count;
             shard->rows = data.rows;
             shard->cols = data.cols;
+            shard->channels = data.channels;
             shard->classes = data.classes;
             shard->images.assign(data.images.begin() + first * pixels, data.images.begin() + (first + count) * pixels);
             shard->labels.assign(data.labels.begin() + first, data.labels.begin() + first + count);
@@ -98,15 +99,17 @@ namespace xgrad::train
         checked_mul(m_options.epochs, m_loader.batches_per_epoch(), "trainer: epochs * batches per epoch");
         if (m_options.test_data)
         {
-            const data::image_dataset& train = m_loader.dataset();
             const data::image_dataset& test = *m_options.test_data;
             if (test.size == 0)
                 throw xgrad::invalid_argument("trainer: the test set holds no examples (test_data is set but empty)");
-            if (test.rows != train.rows || test.cols != train.cols)
-                throw xgrad::invalid_argument("trainer: the test set's images are " + std::to_string(test.rows) + "x" +
-                                              std::to_string(test.cols) + ", the training set's " +
-                                              std::to_string(train.rows) + "x" + std::to_string(train.cols) +
-                                              " (rows x cols): the model takes one size");
+            // Against a training set of images; a data::dataset's shape shows only in its batches.
+            if (const data::image_dataset* train = m_loader.images();
+                train && (test.rows != train->rows || test.cols != train->cols || test.channels != train->channels))
+                throw xgrad::invalid_argument("trainer: the test set's images are " + std::to_string(test.channels) +
+                                              "x" + std::to_string(test.rows) + "x" + std::to_string(test.cols) +
+                                              ", the training set's " + std::to_string(train->channels) + "x" +
+                                              std::to_string(train->rows) + "x" + std::to_string(train->cols) +
+                                              " (channels x rows x cols): the model takes one size");
         }
         const data::loader_options& lo = m_loader.options();
         if (distributed::distributed_data_parallel* ddp = m_options.data_parallel)
@@ -288,6 +291,11 @@ namespace xgrad::train
         eo.device = m_options.device;
         eo.data_format = m_loader.options().data_format;
         eo.dtype = m_loader.options().dtype;
+        // The test images are normalised as the training images are.
+        eo.mean = m_loader.options().mean;
+        eo.std = m_loader.options().std;
+        eo.channel_mean = m_loader.options().channel_mean;
+        eo.channel_std = m_loader.options().channel_std;
         eo.batch_size = m_options.test_batch_size;
         const classifier_metrics r = evaluate_classifier(m_model, m_test, eo);
         if (!m_options.data_parallel)

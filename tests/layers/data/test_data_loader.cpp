@@ -310,7 +310,9 @@ TEST_CASE("data_loader: errors")
     o = plain_options(4);
     o.dtype = dtype::int64;
     reject(o, "dtype must be floating");
-    CHECK_ERROR(data_loader(nullptr, plain_options(4)), xgrad::invalid_argument, "null");
+    CHECK_ERROR(data_loader(std::shared_ptr<const image_dataset>(), plain_options(4)), xgrad::invalid_argument, "null");
+    CHECK_ERROR(data_loader(std::shared_ptr<const xgrad::data::dataset>(), plain_options(4)), xgrad::invalid_argument,
+                "null");
     auto short_images = make_dataset(10);
     short_images->images.pop_back();
     CHECK_ERROR(data_loader(short_images, plain_options(4)), xgrad::invalid_argument, "images hold 59 bytes");
@@ -326,7 +328,8 @@ TEST_CASE("data_loader: errors")
     huge->rows = 1 << 20;
     huge->cols = 1 << 20;
     huge->size = std::int64_t{1} << 40;
-    CHECK_ERROR(data_loader(huge, plain_options(4)), xgrad::invalid_argument, "size * rows * cols", "overflows");
+    CHECK_ERROR(data_loader(huge, plain_options(4)), xgrad::invalid_argument, "size * channels * rows * cols",
+                "overflows");
 
     data_loader loader(ds, plain_options(4));
     CHECK_THROWS_AS(loader.next(), std::logic_error);

@@ -77,7 +77,7 @@ TEST_CASE("trainer limits: empty sets and a test set of another image size")
                 "trainer: the test set holds no examples");
     o.test_data = blank_dataset(3, 2, 3);
     CHECK_ERROR(train::trainer(*model, *opt, loader, o), xgrad::invalid_argument,
-                "the test set's images are 2x3, the training set's 2x2");
+                "the test set's images are 1x2x3, the training set's 1x2x2");
     o.test_data = blank_dataset(3, 2, 2);
     o.epochs = 1;
     train::trainer t(*model, *opt, loader, o);

@@ -61,13 +61,15 @@ namespace xgrad::data
     /// 255; data_error, starting with `path`, when the file cannot be written.
     void write_idx(const std::filesystem::path& path, const idx_array& array);
 
-    /// An image classification dataset held in memory: `images` [n, rows, cols] bytes and
+    /// An image classification dataset held in memory: `images` [n, channels, rows, cols]
+    /// bytes (channel planes, as CIFAR-10 stores them; 1 channel for MNIST-format data) and
     /// `labels` [n] in [0, classes).
     struct image_dataset
     {
         std::int64_t size = 0, rows = 0, cols = 0, classes = 10;
-        std::vector<std::uint8_t> images; // n * rows * cols
+        std::vector<std::uint8_t> images; // n * channels * rows * cols
         std::vector<std::uint8_t> labels; // n
+        std::int64_t channels = 1;
     };
 
     /// What load_idx_dataset and load_mnist require of the files, and what they keep.

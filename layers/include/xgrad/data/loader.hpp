@@ -1,15 +1,26 @@
 #pragma once
-// Batches of an image_dataset as tensors (layers/src/data/loader.cpp).
+// Batches of a dataset as tensors (layers/src/data/loader.cpp): an image_dataset of bytes in
+// memory (MNIST-format, CIFAR-10), or any data::dataset (xgrad/data/dataset.hpp).
 //
 // Each epoch visits the dataset in an order given by (seed, epoch) alone — shuffled with
 // xgrad::generator when `shuffle`, in order otherwise — so a run resumed at an epoch sees the
 // same batches as an uninterrupted one. A background thread prepares the next batch (bytes
 // -> normalised float tensor, labels -> int64) while the caller trains on the current one.
 //
-// A batch holds images [b, 1, rows, cols] ("NCHW") or [b, rows, cols, 1] ("NHWC") with value
-// (byte / 255 - mean) / std rounded once to the options' dtype, and labels [b] int64. The
-// last batch of an epoch is smaller unless drop_last (which leaves its examples out). With
-// prefetch on or off the batches are identical; prefetching keeps one batch ready ahead.
+// A batch of an image_dataset holds images [b, C, rows, cols] ("NCHW") or [b, rows, cols, C]
+// ("NHWC") with value (byte / 255 - mean[c]) / std[c] (channel_mean / channel_std, or mean /
+// std for every channel) rounded once to the options' dtype, and labels [b] int64. A batch of
+// a data::dataset stacks its examples' inputs (which must all have one shape; a [C, H, W]
+// input is laid out as data_format says, any other shape as it is) converted to the options'
+// dtype. The last batch of an epoch is smaller unless drop_last (which leaves its examples
+// out). With prefetch on or off the batches are identical; prefetching keeps one batch ready
+// ahead.
+//
+// Transforms (options.transform, xgrad/data/transforms.hpp) run on each example's [C, H, W]
+// input in float32 (float64 for a float64 batch) before it joins the batch: for an
+// image_dataset after the normalisation above, on the same background thread. Each example
+// gets its own generator, seeded from (seed, epoch, example index) alone, so the batches are
+// the same whatever the prefetching, and a resumed run makes the ones it would have made.
 //
 // Sharding (data-parallel training, K = num_replicas processes, this one `rank`): every rank
 // builds the same one-process order (same seed, same epoch); step j's global batch is
@@ -28,8 +39,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "xgrad/data/dataset.hpp"
 #include "xgrad/data/idx.hpp"
+#include "xgrad/data/transforms.hpp"
 #include "xgrad/dtype.hpp"
 #include "xgrad/tensor.hpp"
 
@@ -41,9 +55,15 @@ namespace xgrad::data
         bool shuffle = true;
         bool drop_last = false;
         std::uint64_t seed = 0;
-        /// Normalisation of byte / 255 (Fashion-MNIST's training-set statistics by default).
+        /// Normalisation of byte / 255 (Fashion-MNIST's training-set statistics by default),
+        /// of every channel, or per channel when channel_mean / channel_std hold one value per
+        /// channel of the image_dataset (CIFAR-10's are about {0.4914, 0.4822, 0.4465} and
+        /// {0.2470, 0.2435, 0.2616}). Not used for a data::dataset (normalize is a transform).
         double mean = 0.2860;
         double std = 0.3530;
+        std::vector<double> channel_mean, channel_std;
+        /// Applied to each example (see above); empty: none.
+        xgrad::data::transform transform;
         std::string data_format = "NCHW";
         xgrad::dtype dtype = xgrad::dtype::float32;
         /// Prepare the next batch on a background thread.
@@ -66,13 +86,19 @@ namespace xgrad::data
     public:
         /// The dataset is shared, not copied, and must not change while the loader exists.
         /// Throws xgrad::invalid_argument for a null dataset, one whose images / labels do not
-        /// hold size * rows * cols / size bytes, batch_size < 1, std not finite and > 0, mean
-        /// not finite, a data_format other than "NCHW" and "NHWC", a non-floating dtype,
-        /// num_replicas < 1, rank outside [0, num_replicas), or num_replicas * batch_size
-        /// overflowing int64.
+        /// hold size * channels * rows * cols / size bytes, batch_size < 1, std not finite and
+        /// > 0, mean not finite, channel_mean / channel_std not empty nor one value per channel
+        /// (or not finite, a std not > 0), a data_format other than "NCHW" and "NHWC", a
+        /// non-floating dtype, num_replicas < 1, rank outside [0, num_replicas), or
+        /// num_replicas * batch_size overflowing int64.
         /// With prefetch, starts the background thread; the destructor stops and joins it,
         /// also in the middle of an epoch.
         data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options);
+        /// The same over any dataset (mean, std and the channel values are not used). Errors
+        /// while making a batch, thrown by next(): what the dataset's get or a transform throws,
+        /// and xgrad::invalid_argument naming the example for an input that is undefined, not
+        /// floating, not on the CPU, or of another shape than the batch's first.
+        data_loader(std::shared_ptr<const dataset> dataset, const loader_options& options);
         ~data_loader();
         data_loader(const data_loader&) = delete;
         data_loader& operator=(const data_loader&) = delete;
@@ -95,11 +121,16 @@ namespace xgrad::data
         std::int64_t global_batch_size(std::int64_t step) const;
         /// Examples in the whole dataset (not this rank's share).
         std::int64_t size() const noexcept;
-        /// The dataset the loader reads (shared, unchanged while the loader exists).
-        const image_dataset& dataset() const noexcept;
+        /// The image_dataset the loader reads (shared, unchanged while the loader exists), or
+        /// null for a loader over a data::dataset.
+        const image_dataset* images() const noexcept;
         const loader_options& options() const noexcept;
 
     private:
+        /// Sizes the epoch from the source's size and starts the worker (the last step of
+        /// both constructors).
+        void start(std::int64_t size, std::int64_t global);
+
         struct impl;
         std::unique_ptr<impl> m_impl;
     };

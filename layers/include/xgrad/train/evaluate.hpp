@@ -69,6 +69,11 @@ namespace xgrad::train
         std::string data_format = "NCHW";           // layout of the images fed to the model
         xgrad::dtype dtype = xgrad::dtype::float32; // of the images fed to the model (floating)
         std::int64_t batch_size = 500;              // >= 1; only memory, not the result, depends on it
+        /// The images' normalisation, as data::loader_options has it (the trainer passes its
+        /// training loader's, so test images are normalised as the training images are).
+        double mean = 0.2860;
+        double std = 0.3530;
+        std::vector<double> channel_mean, channel_std;
     };
 
     /// Metrics of `model` on every example of `data`, in order, in eval mode and without a
