@@ -66,6 +66,10 @@ install(TARGETS xgrad
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The CUDA backend's own library, beside libxgrad (where libxgrad looks for it first).
+if(TARGET xgrad_cuda_library)
+  install(TARGETS xgrad_cuda_library LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 
 # Public headers: everything under core/include/xgrad/ (-> <includedir>/xgrad/...).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/xgrad

@@ -21,6 +21,8 @@
 // compiles the same files with Thrust's OpenMP device system (XGRAD_CUDA_ON_CPU), where device
 // memory is host memory. Only runtime.cu / runtime_omp.cpp (memory, copies, devices) and
 // matmul.cu / matmul_omp.cpp (cuBLAS / the CPU GEMM) differ between the two.
+#include <cstddef>
+
 #include "backends/common/kernel_list.hpp"
 #include "xgrad/dtype.hpp" // cuda_memory_stats
 
@@ -44,4 +46,27 @@ namespace xgrad::cuda
     cuda_memory_stats memory_stats();
     /// Hands every cached (free) block of the current device back to the device.
     void empty_cache();
+
+    /// Everything libxgrad asks of the backend, as one table of entry points (kernel_table.cpp),
+    /// so that the backend can live in a shared library of its own, libxgrad_cuda.so, which
+    /// libxgrad loads when a CUDA device is first used (core/src/dispatch.cpp): a CUDA-enabled
+    /// libxgrad then runs on a machine without the CUDA libraries, and says why only when a
+    /// CUDA device is asked for. kernel_count and table_size are the library's own build's,
+    /// so a library from another version of xgrad is refused rather than called.
+    struct backend_interface
+    {
+        std::size_t kernel_count;
+        std::size_t table_size;
+        int (*device_count)() noexcept;
+        const char* (*runtime_name)() noexcept;
+        void (*set_device)(int);
+        const kernels::kernel_table* table;
+        cuda_memory_stats (*memory_stats)();
+        void (*empty_cache)();
+        void (*synchronize)();
+    };
+    const backend_interface& backend() noexcept;
 }
+
+/// The backend library's entry point, found by name (dlsym): the interface above.
+extern "C" const xgrad::cuda::backend_interface* xgrad_cuda_backend_v1() noexcept;

@@ -1,6 +1,15 @@
 // The dispatch point (dispatch.hpp) and the CUDA runtime queries of the public API.
+//
+// The CUDA backend is reached through its interface table (backends/cuda/cuda_kernels.hpp).
+// In a shared build (XGRAD_CUDA_LIBRARY) the table comes from the backend's own library,
+// libxgrad_cuda.so, loaded with dlopen the first time anything asks about CUDA: libxgrad itself
+// then needs none of the CUDA libraries, so a CUDA-enabled install runs on a machine without
+// them, and an error says so only when a CUDA device is asked for. The library is looked for
+// in XGRAD_CUDA_LIBRARY (a path) when that is set, else beside libxgrad, else on the loader's
+// search path. A static build links the backend in and takes its table directly.
 #include "dispatch.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -10,11 +19,109 @@
 
 #ifdef XGRAD_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
-#include "backends/cuda/runtime.hpp"
+#ifdef XGRAD_CUDA_LIBRARY
+#include <dlfcn.h>
+#endif
 #endif
 
 namespace xgrad::detail
 {
+#ifdef XGRAD_WITH_CUDA
+    namespace
+    {
+        struct cuda_backend_state
+        {
+            const cuda::backend_interface* backend = nullptr;
+            std::string error; // why there is none
+        };
+
+#ifdef XGRAD_CUDA_LIBRARY
+        const cuda::backend_interface* open_library(const std::string& path, std::string& error)
+        {
+            void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (!handle)
+            {
+                const char* why = ::dlerror();
+                error = why ? why : (path + ": cannot be loaded");
+                return nullptr;
+            }
+            // Never closed: kernels and memory of the backend live until the process ends.
+            using entry_type = const cuda::backend_interface* (*)() noexcept;
+            const auto entry = reinterpret_cast<entry_type>(::dlsym(handle, "xgrad_cuda_backend_v1"));
+            if (!entry)
+            {
+                error = path + ": has no entry point xgrad_cuda_backend_v1 (not xgrad's CUDA backend library)";
+                return nullptr;
+            }
+            const cuda::backend_interface* b = entry();
+            if (!b || b->kernel_count != static_cast<std::size_t>(kernels::kernel_count) ||
+                b->table_size != sizeof(kernels::kernel_table))
+            {
+                error = path + ": was built from another version of xgrad (its kernel table differs from this "
+                               "libxgrad's)";
+                return nullptr;
+            }
+            return b;
+        }
+
+        /// The folder of the file that holds this function (libxgrad.so), with a '/'.
+        std::string own_folder()
+        {
+            Dl_info info{};
+            if (::dladdr(reinterpret_cast<void*>(&own_folder), &info) == 0 || !info.dli_fname)
+                return {};
+            const std::string file = info.dli_fname;
+            const auto slash = file.rfind('/');
+            return slash == std::string::npos ? std::string() : file.substr(0, slash + 1);
+        }
+#endif
+
+        const cuda_backend_state& cuda_state()
+        {
+            // Loaded once, by the first thread that asks (a static local's initialisation is
+            // thread-safe).
+            static const cuda_backend_state state = [] {
+                cuda_backend_state s;
+#ifdef XGRAD_CUDA_LIBRARY
+                constexpr const char* name = "libxgrad_cuda.so";
+                if (const char* path = std::getenv("XGRAD_CUDA_LIBRARY"); path && *path)
+                {
+                    s.backend = open_library(path, s.error);
+                    return s;
+                }
+                const std::string beside = own_folder() + name;
+                std::string first_error;
+                s.backend = open_library(beside, first_error);
+                if (!s.backend)
+                {
+                    std::string second_error;
+                    s.backend = open_library(name, second_error);
+                    if (!s.backend)
+                        s.error = first_error + "; " + second_error;
+                }
+#else
+                s.backend = &cuda::backend();
+#endif
+                return s;
+            }();
+            return state;
+        }
+
+        /// The backend, or a std::runtime_error naming `dev` and saying why there is none.
+        const cuda::backend_interface& cuda_backend(device dev)
+        {
+            const cuda_backend_state& s = cuda_state();
+            if (!s.backend)
+                throw std::runtime_error("cannot use device " + to_string(dev) +
+                                         ": this build of xgrad has CUDA support, but its CUDA backend library "
+                                         "could not be loaded (are the CUDA libraries, such as libcublas, "
+                                         "installed?): " +
+                                         s.error);
+            return *s.backend;
+        }
+    }
+#endif
+
     const backend_kernels& backend_for(device dev)
     {
         // The CPU has two tables: the fast kernels, and their single-threaded reference twins.
@@ -26,6 +133,8 @@ namespace xgrad::detail
             throw std::runtime_error("cannot use device " + to_string(dev) +
                                      ": this build of xgrad has no CUDA support (configure with "
                                      "-DXGRAD_USE_CUDA=ON where the CUDA toolkit is installed)");
+#ifdef XGRAD_WITH_CUDA
+        const cuda::backend_interface& backend = cuda_backend(dev);
         const int count = cuda_device_count();
         if (count == 0)
             throw std::runtime_error("cannot use device " + to_string(dev) +
@@ -33,10 +142,9 @@ namespace xgrad::detail
         if (dev.index >= count)
             throw std::runtime_error("cannot use device " + to_string(dev) + ": " + std::to_string(count) +
                                      " CUDA device(s) available");
-#ifdef XGRAD_WITH_CUDA
         // Kernels, allocations and copies act on the current device: make it dev's.
-        cuda::set_device(dev.index);
-        return cuda::device_kernels();
+        backend.set_device(dev.index);
+        return *backend.table;
 #else
         return cpu::fast_kernels(); // not reached: cuda_is_built() is false here
 #endif
@@ -57,7 +165,11 @@ namespace xgrad
     int cuda_device_count() noexcept
     {
 #ifdef XGRAD_WITH_CUDA
-        static const int count = cuda::device_count(); // asked once: every op on a device checks it
+        // Asked once: every op on a device checks it. No backend library: no device.
+        static const int count = [] {
+            const auto* b = detail::cuda_state().backend;
+            return b ? b->device_count() : 0;
+        }();
         return count;
 #else
         return 0;
@@ -67,7 +179,8 @@ namespace xgrad
     std::string cuda_runtime_name()
     {
 #ifdef XGRAD_WITH_CUDA
-        return cuda::runtime_name();
+        const auto* b = detail::cuda_state().backend;
+        return b ? b->runtime_name() : "";
 #else
         return "";
 #endif
@@ -87,7 +200,7 @@ namespace xgrad
     {
         check_cuda_device(dev, "cuda_memory");
 #ifdef XGRAD_WITH_CUDA
-        return cuda::memory_stats();
+        return detail::cuda_state().backend->memory_stats();
 #else
         return {};
 #endif
@@ -97,7 +210,7 @@ namespace xgrad
     {
         check_cuda_device(dev, "cuda_empty_cache");
 #ifdef XGRAD_WITH_CUDA
-        cuda::empty_cache();
+        detail::cuda_state().backend->empty_cache();
 #endif
     }
 
@@ -105,7 +218,7 @@ namespace xgrad
     {
         check_cuda_device(dev, "cuda_synchronize");
 #ifdef XGRAD_WITH_CUDA
-        cuda::synchronize();
+        detail::cuda_state().backend->synchronize();
 #endif
     }
 }

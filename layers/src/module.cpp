@@ -234,42 +234,36 @@ namespace xgrad::nn
         fail("no buffer named " + quoted(name));
     }
 
-    void module::set_parameter(const std::string& name, const tensor& value)
+    module::slot& module::replaceable(const std::string& name, const tensor& value, bool params, const char* what)
     {
-        slot* s = find(name, true);
+        slot* s = find(name, params);
         if (!s)
-            fail("set_parameter: no parameter named " + quoted(name));
+            fail(std::string(what) + ": no " + (params ? "parameter" : "buffer") + " named " + quoted(name));
         const std::string bad = mismatch(s->m_value, value);
         if (!bad.empty())
-            fail("set_parameter " + quoted(name) + ": " + bad);
+            fail(std::string(what) + " " + quoted(name) + ": " + bad);
+        return *s;
+    }
+
+    void module::set_parameter(const std::string& name, const tensor& value)
+    {
+        slot& s = replaceable(name, value, true, "set_parameter");
         if (!value.is_leaf())
             fail("set_parameter " + quoted(name) + ": the new value must be a leaf tensor, got the output of '" +
                  std::string(value.grad_fn()->name()) + "' (compute it under no_grad, or detach() it)");
         tensor p = value;
-        p.requires_grad_(s->m_value.requires_grad());
-        s->m_value = p;
+        p.requires_grad_(s.m_value.requires_grad());
+        s.m_value = p;
     }
 
     void module::update_parameter(const std::string& name, const tensor& value)
     {
-        slot* s = find(name, true);
-        if (!s)
-            fail("update_parameter: no parameter named " + quoted(name));
-        const std::string bad = mismatch(s->m_value, value);
-        if (!bad.empty())
-            fail("update_parameter " + quoted(name) + ": " + bad);
-        s->m_value.set_data(value);
+        replaceable(name, value, true, "update_parameter").m_value.set_data(value);
     }
 
     void module::set_buffer(const std::string& name, const tensor& value)
     {
-        slot* s = find(name, false);
-        if (!s)
-            fail("set_buffer: no buffer named " + quoted(name));
-        const std::string bad = mismatch(s->m_value, value);
-        if (!bad.empty())
-            fail("set_buffer " + quoted(name) + ": " + bad);
-        s->m_value = value.detach();
+        replaceable(name, value, false, "set_buffer").m_value = value.detach();
     }
 
     // --- mode and gradients ---------------------------------------------------------------

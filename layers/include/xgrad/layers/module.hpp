@@ -207,6 +207,9 @@ namespace xgrad::nn
         void check_new_name(const std::string& name) const;
         bool contains(const module* m) const noexcept;
         void collect(named_tensors_type& out, const std::string& prefix, bool params, bool recurse) const;
+        /// The slot `name` whose value `value` may replace (same shape, dtype, device); throws
+        /// naming `what`, the name and the difference otherwise.
+        slot& replaceable(const std::string& name, const tensor& value, bool params, const char* what);
         /// The slot of full name `name` (in this module or a descendant), or null.
         slot* find(const std::string& name, bool params);
         const slot* find(const std::string& name, bool params) const;
