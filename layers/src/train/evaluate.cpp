@@ -1,6 +1,7 @@
 // Classifier metrics (see xgrad/train/evaluate.hpp).
 #include "xgrad/train/evaluate.hpp"
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -111,6 +112,47 @@ namespace xgrad::train
         classifier_tally tally(logits.size(1));
         tally.add(logits, labels, 0.0);
         return tally.result().accuracy;
+    }
+
+    std::int64_t topk_correct(const tensor& logits, const tensor& labels, std::int64_t k)
+    {
+        if (logits.dim() != 2 || logits.size(1) < 1)
+            throw xgrad::invalid_argument("topk_correct: logits must be [batch, classes] with classes >= 1, got " +
+                                          shape_text(logits));
+        const std::int64_t b = logits.size(0), classes = logits.size(1);
+        if (labels.dim() != 1 || labels.size(0) != b)
+            throw xgrad::invalid_argument("topk_correct: labels must be [" + std::to_string(b) + "] for logits " +
+                                          shape_text(logits) + ", got " + shape_text(labels));
+        if (k < 1 || k > classes)
+            throw xgrad::invalid_argument("topk_correct: k must be in [1, " + std::to_string(classes) + "], got " +
+                                          std::to_string(k));
+        // On the host, in double (exact for every floating dtype): a row is a few classes.
+        const std::vector<double> values = to_vector(logits.detach());
+        std::vector<std::int64_t> truth(static_cast<std::size_t>(b));
+        to_host(labels, truth.data(), dtype::int64);
+        std::int64_t correct = 0;
+        for (std::int64_t i = 0; i < b; ++i)
+        {
+            const std::int64_t y = truth[static_cast<std::size_t>(i)];
+            if (y < 0 || y >= classes)
+                throw xgrad::invalid_argument("topk_correct: label " + std::to_string(y) + " of row " +
+                                              std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+            const double* row = values.data() + i * classes;
+            const double mine = row[y];
+            if (std::isnan(mine))
+                continue;
+            std::int64_t above = 0; // entries ranked before the label: larger, or NaN
+            for (std::int64_t j = 0; j < classes; ++j)
+                above += row[j] > mine || std::isnan(row[j]);
+            correct += above < k;
+        }
+        return correct;
+    }
+
+    double topk_accuracy(const tensor& logits, const tensor& labels, std::int64_t k)
+    {
+        const std::int64_t correct = topk_correct(logits, labels, k);
+        return logits.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(logits.size(0)) : 0.0;
     }
 
     classifier_metrics evaluate_classifier(nn::module& model, std::shared_ptr<const data::image_dataset> data,

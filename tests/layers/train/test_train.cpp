@@ -378,3 +378,29 @@ TEST_CASE("trainer: bad options, and a resume refused before anything is loaded"
     CHECK(r.metrics.size() == 2);
     CHECK(train::read_metrics_csv(r.csv).size() == 2);
 }
+
+TEST_CASE("topk_correct and topk_accuracy: the label among the k largest logits")
+{
+    // Row 0: label 2 is the 4th largest; row 1: label 0 ties the largest; row 2: label 1 is the
+    // largest; row 3: a NaN elsewhere ranks above the label; row 4: the label's logit is NaN.
+    const double nan = std::nan("");
+    const std::vector<double> l{0.5,  3.0, 0.2, 1.0, 2.0, 1.0,  2.0, 0.0, 0.0, 9.0,
+                                -1.0, 1.0, nan, 0.1, 0.3, -1.0, 1.0, 2.0, nan, 0.0};
+    const tensor logits = from_host(l.data(), {5, 4}, dtype::float64);
+    const std::vector<std::int64_t> y{2, 0, 1, 2, 2};
+    const tensor labels = from_host(y.data(), {5}, dtype::int64);
+    CHECK(train::topk_correct(logits, labels, 1) == 2); // rows 1 (tie) and 2
+    CHECK(train::topk_correct(logits, labels, 2) == 3); // and row 3 (only the NaN above)
+    CHECK(train::topk_correct(logits, labels, 3) == 3); // row 0: three entries above its label
+    CHECK(train::topk_correct(logits, labels, 4) == 4); // every row but the NaN label
+    CHECK(train::topk_accuracy(logits, labels, 4) == doctest::Approx(0.8));
+    // float32 and bfloat16 logits rank the same.
+    CHECK(train::topk_correct(logits.to(dtype::float32), labels, 2) == 3);
+    CHECK(train::topk_accuracy(zeros({0, 4}), zeros({0}, dtype::int64), 2) == 0.0);
+    CHECK_ERROR(train::topk_correct(logits, labels, 5), xgrad::invalid_argument, "k must be in [1, 4]", "got 5");
+    CHECK_ERROR(train::topk_correct(logits, labels, 0), xgrad::invalid_argument, "k must be in [1, 4]");
+    const std::vector<std::int64_t> bad{2, 0, 4, 2, 2};
+    CHECK_ERROR(train::topk_correct(logits, from_host(bad.data(), {5}, dtype::int64), 1), xgrad::invalid_argument,
+                "label 4 of row 2");
+    CHECK_ERROR(train::topk_correct(logits, labels.slice(0, 0, 3), 1), xgrad::invalid_argument, "labels must be [5]");
+}

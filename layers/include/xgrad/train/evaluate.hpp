@@ -63,6 +63,16 @@ namespace xgrad::train
     /// (labels [b], int64); 0 for b == 0. Throws as classifier_tally::add.
     double accuracy(const tensor& logits, const tensor& labels);
 
+    /// Top-k: the number of rows of logits [b, classes] whose label is among the k largest
+    /// entries (k in [1, classes]): the label's logit is exceeded by fewer than k entries, ties
+    /// counting for the label (PyTorch's topk may break a tie either way), and a NaN label
+    /// logit is never among them. topk_correct(logits, labels, 1) counts what accuracy() counts
+    /// but for ties. Throws xgrad::invalid_argument naming the problem for shapes as
+    /// classifier_tally::add, a label outside [0, classes), or k outside [1, classes].
+    std::int64_t topk_correct(const tensor& logits, const tensor& labels, std::int64_t k);
+    /// topk_correct / b (0 for b == 0): the top-5 accuracy of ImageNet reports, for instance.
+    double topk_accuracy(const tensor& logits, const tensor& labels, std::int64_t k);
+
     struct evaluate_options
     {
         xgrad::device device{};                     // where the model is; batches are moved there
