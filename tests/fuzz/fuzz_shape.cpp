@@ -157,19 +157,41 @@ namespace
             const std::int64_t dim = in.integer_in(-1, 3);
             const std::int64_t start = in.integer_in(-2, 6), stop = in.integer(8), sstep = in.integer(3);
             const std::int64_t d = normalize(dim, rank);
-            const bool reject = d < 0 || sstep < 1;
+            // Python's rules: a positive step counts start, start + step, ... < stop (both
+            // clamped to [0, n]); a negative one start, start + step, ... > stop (both clamped
+            // to [-1, n - 1]); step 0, and INT64_MIN (no positive counterpart), are rejected.
+            const bool reject = d < 0 || sstep == 0 || sstep == std::numeric_limits<std::int64_t>::min();
+            // A negative step copies (a flip), so it is tried on small tensors only, as the
+            // copies below are.
+            if (!reject && sstep < 0 && t.numel() > fuzz::max_elements)
+                return;
             shape_type expected = shape;
             if (!reject)
             {
                 const __int128 n = shape[static_cast<std::size_t>(d)];
-                auto clamp = [&](__int128 v) {
-                    if (v < 0)
-                        v += n;
-                    return v < 0 ? __int128{0} : (v > n ? n : v);
-                };
-                const __int128 b = clamp(start), e = clamp(stop);
-                expected[static_cast<std::size_t>(d)] = e > b ? static_cast<std::int64_t>((e - b + sstep - 1) / sstep)
-                                                              : 0;
+                if (sstep > 0)
+                {
+                    auto clamp = [&](__int128 v) {
+                        if (v < 0)
+                            v += n;
+                        return v < 0 ? __int128{0} : (v > n ? n : v);
+                    };
+                    const __int128 b = clamp(start), e = clamp(stop);
+                    expected[static_cast<std::size_t>(d)] = e > b
+                                                                ? static_cast<std::int64_t>((e - b + sstep - 1) / sstep)
+                                                                : 0;
+                }
+                else
+                {
+                    auto clamp = [&](__int128 v) {
+                        if (v < 0)
+                            v += n;
+                        return v < -1 ? __int128{-1} : (v > n - 1 ? n - 1 : v);
+                    };
+                    const __int128 first = clamp(start), last = clamp(stop), stride = -__int128{sstep};
+                    expected[static_cast<std::size_t>(d)] =
+                        first > last ? static_cast<std::int64_t>((first - last - 1) / stride + 1) : 0;
+                }
             }
             out = fuzz::checked_op(target,
                                    describe("slice", t,
