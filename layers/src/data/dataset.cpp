@@ -10,13 +10,13 @@
 
 #include "../io/input_file.hpp"
 #include "xgrad/errors.hpp"
+#include "xgrad/factories.hpp"
 #include "xgrad/io/atomic_file.hpp"
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad::data
 {
-    tensor_dataset::tensor_dataset(tensor inputs, tensor labels)
-        : m_inputs(std::move(inputs)), m_labels(std::move(labels))
+    tensor_dataset::tensor_dataset(tensor inputs, tensor labels) : m_inputs(std::move(inputs))
     {
         const auto describe = [](const tensor& t) {
             return t.defined() ? shape_to_string(t.shape()) + " " + std::string(name(t.dtype())) + " on " +
@@ -27,12 +27,14 @@ namespace xgrad::data
             m_inputs.device() != cpu_device)
             throw xgrad::invalid_argument("tensor_dataset: inputs must be a floating CPU tensor [n, ...], got " +
                                           describe(m_inputs));
-        if (!m_labels.defined() || m_labels.dim() != 1 || m_labels.dtype() != dtype::int64 ||
-            m_labels.device() != cpu_device || m_labels.size(0) != m_inputs.size(0))
+        if (!labels.defined() || labels.dim() != 1 || labels.dtype() != dtype::int64 || labels.device() != cpu_device ||
+            labels.size(0) != m_inputs.size(0))
             throw xgrad::invalid_argument("tensor_dataset: labels must be an int64 CPU tensor [" +
                                           std::to_string(m_inputs.size(0)) + "] (one per input), got " +
-                                          describe(m_labels));
+                                          describe(labels));
         m_size = m_inputs.size(0);
+        m_labels.resize(static_cast<std::size_t>(m_size));
+        to_host(labels, m_labels.data(), dtype::int64);
     }
 
     example tensor_dataset::get(std::int64_t index) const
@@ -44,7 +46,7 @@ namespace xgrad::data
         // A view (tensors are never written in place), without the batch dimension.
         shape_type shape(m_inputs.shape().begin() + 1, m_inputs.shape().end());
         e.input = slice(m_inputs, 0, index, index + 1).reshape(shape);
-        e.label = m_labels.slice(0, index, index + 1).reshape({}).item<std::int64_t>();
+        e.label = m_labels[static_cast<std::size_t>(index)];
         return e;
     }
 

@@ -138,6 +138,19 @@ namespace xgrad::data
         /// Examples' inputs (transformed), stacked into the batch in the data format.
         tensor stack(const std::vector<tensor>& inputs, const order_type& order, std::int64_t first) const;
         std::int64_t label_of(std::int64_t example_index, const example* e) const;
+        /// Calls f(tables, T{}) with the value tables of `dt` and their element type.
+        template <class F>
+        void visit_tables(dtype dt, F&& f) const
+        {
+            switch (dt)
+            {
+            case dtype::float32: return f(m_table_f32, float{});
+            case dtype::float64: return f(m_table_f64, double{});
+            case dtype::float16: return f(m_table_f16, float16_t{});
+            case dtype::bfloat16: return f(m_table_bf16, bfloat16_t{});
+            case dtype::int64: throw std::logic_error("data_loader: int64 images"); // rejected by the constructor
+            }
+        }
         void worker_loop();
         bool has_work() const noexcept { return m_started && !m_ready && !m_error && m_produced < m_batches; }
     };
@@ -168,33 +181,17 @@ namespace xgrad::data
         // NCHW: a channel is a plane of consecutive pixels; NHWC: a pixel's channels are consecutive.
         const std::int64_t channel_stride = nhwc ? 1 : m_pixels, pixel_stride = nhwc ? c : 1;
         auto* labels = out.labels.data<std::int64_t>();
-        for (std::int64_t i = 0; i < count; ++i)
-        {
-            const std::int64_t example_index = order[static_cast<std::size_t>(first + i)];
-            labels[i] = label_of(example_index, nullptr);
-            const std::uint8_t* pixels = ds.images.data() + example_index * example_size;
-            const std::int64_t at = i * example_size;
-            switch (dt)
+        visit_tables(dt, [&](const auto& tables, auto tag) {
+            using T = decltype(tag);
+            T* images = out.images.data<T>();
+            for (std::int64_t i = 0; i < count; ++i)
             {
-            case dtype::float32:
-                fill_example(out.images.data<float>() + at, m_table_f32, pixels, m_pixels, channel_stride,
-                             pixel_stride);
-                break;
-            case dtype::float64:
-                fill_example(out.images.data<double>() + at, m_table_f64, pixels, m_pixels, channel_stride,
-                             pixel_stride);
-                break;
-            case dtype::float16:
-                fill_example(out.images.data<float16_t>() + at, m_table_f16, pixels, m_pixels, channel_stride,
-                             pixel_stride);
-                break;
-            case dtype::bfloat16:
-                fill_example(out.images.data<bfloat16_t>() + at, m_table_bf16, pixels, m_pixels, channel_stride,
-                             pixel_stride);
-                break;
-            case dtype::int64: throw std::logic_error("data_loader: int64 images"); // rejected by the constructor
+                const std::int64_t example_index = order[static_cast<std::size_t>(first + i)];
+                labels[i] = label_of(example_index, nullptr);
+                fill_example(images + i * example_size, tables, ds.images.data() + example_index * example_size,
+                             m_pixels, channel_stride, pixel_stride);
             }
-        }
+        });
     }
 
     tensor data_loader::impl::image_example(std::int64_t example_index) const
@@ -202,14 +199,12 @@ namespace xgrad::data
         const image_dataset& ds = *m_images;
         const std::int64_t c = ds.channels;
         const std::uint8_t* pixels = ds.images.data() + example_index * c * m_pixels;
-        if (m_options.dtype == dtype::float64)
-        {
-            tensor t = xgrad::empty({c, ds.rows, ds.cols}, dtype::float64);
-            fill_example(t.data<double>(), m_table_f64, pixels, m_pixels, m_pixels, 1);
-            return t;
-        }
-        tensor t = xgrad::empty({c, ds.rows, ds.cols}, dtype::float32);
-        fill_example(t.data<float>(), m_table_f32, pixels, m_pixels, m_pixels, 1);
+        // With a transform the tables are float64 for float64 batches and float32 otherwise.
+        const dtype dt = m_options.dtype == dtype::float64 ? dtype::float64 : dtype::float32;
+        tensor t = xgrad::empty({c, ds.rows, ds.cols}, dt);
+        visit_tables(dt, [&](const auto& tables, auto tag) {
+            fill_example(t.data<decltype(tag)>(), tables, pixels, m_pixels, m_pixels, 1);
+        });
         return t;
     }
 

@@ -33,10 +33,6 @@ namespace xgrad::io
             throw format_error(path.string() + ": " + what);
         }
 
-        std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-        bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
         std::string describe(const tensor& t)
         {
             return shape_to_string(t.shape()) + " " + std::string(name(t.dtype()));
@@ -63,13 +59,6 @@ namespace xgrad::io
             return {};
         }
 
-        std::string join(const std::vector<std::string>& parts)
-        {
-            std::string s;
-            for (const auto& p : parts)
-                s += (s.empty() ? "" : "; ") + p;
-            return s;
-        }
     }
 
     void check_checkpoint_version(const std::filesystem::path& path, const metadata_map& metadata)
@@ -192,7 +181,7 @@ namespace xgrad::io
                                    " (neither a model tensor nor optimizer state)");
         }
         if (!problems.empty())
-            fail(path, join(problems));
+            fail(path, join_problems(problems));
 
         // Tensors go to the device of the value they replace: model tensors to their slot's,
         // per-parameter optimizer buffers ("<parameter>.<buffer>") to their parameter's; the

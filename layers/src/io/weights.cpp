@@ -19,10 +19,6 @@ namespace xgrad::io
 {
     namespace
     {
-        std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-        bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
         /// Why `t` (floating) cannot become int64 exactly, or empty: the first element that is
         /// not an integer in int64's range. num_batches_tracked is the one int64 tensor a
         /// module usually has, and a file may hold it as a float count.
@@ -119,12 +115,7 @@ namespace xgrad::io
                     result.unexpected_keys.push_back(name);
             }
         if (!problems.empty())
-        {
-            std::string text;
-            for (const auto& p : problems)
-                text += (text.empty() ? "" : "; ") + p;
-            throw format_error(path.string() + ": " + text);
-        }
+            throw format_error(path.string() + ": " + join_problems(problems));
         model.load_state_dict(state, /*strict=*/false);
         return result;
     }

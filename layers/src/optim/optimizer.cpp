@@ -362,9 +362,7 @@ namespace xgrad::optim
 
     double clip_grad_norm(nn::module& m, double max_norm, double norm_type)
     {
-        if (!(max_norm >= 0.0) || !std::isfinite(max_norm))
-            throw xgrad::invalid_argument("clip_grad_norm: max_norm must be a finite number >= 0, got " +
-                                          number(max_norm));
+        check_non_negative("clip_grad_norm", "max_norm", max_norm);
         if (!(norm_type > 0.0))
             throw xgrad::invalid_argument("clip_grad_norm: norm_type must be positive (or infinity), got " +
                                           number(norm_type));
@@ -395,9 +393,7 @@ namespace xgrad::optim
 
     void clip_grad_value(nn::module& m, double clip_value)
     {
-        if (!(clip_value >= 0.0) || !std::isfinite(clip_value))
-            throw xgrad::invalid_argument("clip_grad_value: clip_value must be a finite number >= 0, got " +
-                                          number(clip_value));
+        check_non_negative("clip_grad_value", "clip_value", clip_value);
         no_grad guard;
         for (tensor p : m.parameters())
             if (p.grad().defined())

@@ -5,6 +5,7 @@
 // them, applying transforms (xgrad/data/transforms.hpp) on its background thread.
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "xgrad/data/idx.hpp"
 #include "xgrad/tensor.hpp"
@@ -42,7 +43,8 @@ namespace xgrad::data
         example get(std::int64_t index) const override;
 
     private:
-        tensor m_inputs, m_labels;
+        tensor m_inputs;
+        std::vector<std::int64_t> m_labels; // read once: get() runs per example
         std::int64_t m_size = 0;
     };
 
