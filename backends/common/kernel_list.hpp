@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "backends/common/kernels.hpp"
+#include "backends/common/optimizer_math.hpp"
 #include "xgrad/dtype.hpp"
 
 namespace xgrad::kernels
@@ -176,6 +177,27 @@ namespace xgrad::kernels
                                        const void* scale, const void* mean, const void* var, const void* a,
                                        const void* b, const void* sums, double eps, bool training, dtype xdt,
                                        std::int64_t outer, std::int64_t C, std::int64_t inner);
+
+    // ---- optimizer updates (formulas: backends/common/optimizer_math.hpp) ------------------
+    //
+    // One fused pass over a parameter of n contiguous elements: the new parameter and buffers
+    // from the old ones and the gradient, every operand of dtype dt (float32, float64,
+    // float16 or bfloat16; 16-bit elements are widened to float32 on load and rounded once on
+    // store, as the optimizers' 16-bit contract says). Every kernel ASSIGNS its outputs. An
+    // output may be its own input (param_out == param, a buffer's output its input: each
+    // element is read before it is written); otherwise no operand overlaps another. The result
+    // of an element does not depend on n, its position or the thread count.
+
+    /// SGD. momentum_out and momentum are null when c.momentum is 0 (the rule keeps no
+    /// buffer); otherwise momentum_out is written and momentum is null on the first step (the
+    /// buffer is then d itself).
+    using sgd_step_fn = void(void* param_out, void* momentum_out, const void* param, const void* grad,
+                             const void* momentum, dtype dt, std::int64_t n, const sgd_step_coefficients& c);
+    /// Adam and AdamW. exp_avg and exp_avg_sq are both null on the first step (the buffers
+    /// start at zero) or both given.
+    using adam_step_fn = void(void* param_out, void* exp_avg_out, void* exp_avg_sq_out, const void* param,
+                              const void* grad, const void* exp_avg, const void* exp_avg_sq, dtype dt, std::int64_t n,
+                              const adam_step_coefficients& c);
 }
 
 /// The kernel list: X(name, twin) for every kernel, in table order. `twin` says whether the CPU
@@ -210,7 +232,9 @@ namespace xgrad::kernels
     X(bn_grad_training, reference)                                                                                     \
     X(bn_grad_inference, reference)                                                                                    \
     X(bn_grad_grad_reduce, reference)                                                                                  \
-    X(bn_grad_grad_apply, reference)
+    X(bn_grad_grad_apply, reference)                                                                                   \
+    X(sgd_step, reference)                                                                                             \
+    X(adam_step, reference)
 
 /// Declares one kernel of the list in the enclosing namespace, with the list's signature.
 #define XGRAD_DECLARE_KERNEL(name, twin) ::xgrad::kernels::name##_fn name;

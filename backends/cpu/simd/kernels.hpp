@@ -18,6 +18,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "backends/common/kernels.hpp"
+#include "backends/common/optimizer_math.hpp"
 
 namespace xgrad::cpu::simd
 {
@@ -74,6 +75,24 @@ namespace xgrad::cpu::simd
                         std::int64_t ncols, kernels::reduce_op op) const noexcept;
     };
 
+    /// The kernel sgd_step (backends/common/kernel_list.hpp) on n contiguous elements of the
+    /// compute type T, with its null-pointer conventions; simd/optim_impl.hpp.
+    struct sgd_step_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* param_out, T* momentum_out, const T* param, const T* grad, const T* momentum,
+                        std::int64_t n, const kernels::sgd_step_coefficients& c) const noexcept;
+    };
+
+    /// The kernel adam_step on n contiguous elements of the compute type T; simd/optim_impl.hpp.
+    struct adam_step_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* param_out, T* exp_avg_out, T* exp_avg_sq_out, const T* param, const T* grad,
+                        const T* exp_avg, const T* exp_avg_sq, std::int64_t n,
+                        const kernels::adam_step_coefficients& c) const noexcept;
+    };
+
     /// Bulk float32 <-> float16 (IEEE binary16 bit patterns) with F16C, round to nearest even;
     /// compiled in simd/avx2.cpp only: call them only when the processor has AVX2 and F16C.
     void f32_to_f16_f16c(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
@@ -103,3 +122,21 @@ namespace xgrad::cpu::simd
 
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
+
+// The optimizer functors, instantiated in translation units of their own (simd/optim_sse2.cpp,
+// simd/optim_avx2.cpp), built with -ffp-contract=off so that no product and sum fuse into an
+// fma: their bits must be the reference kernels' (backends/common/optimizer_math.hpp).
+#define XGRAD_CPU_OPTIM_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                         \
+    EXTERN template void xgrad::cpu::simd::sgd_step_fn::operator()<ARCH, T>(                                           \
+        ARCH, T*, T*, const T*, const T*, const T*, std::int64_t, const xgrad::kernels::sgd_step_coefficients&)        \
+        const noexcept;                                                                                                \
+    EXTERN template void xgrad::cpu::simd::adam_step_fn::operator()<ARCH, T>(                                          \
+        ARCH, T*, T*, T*, const T*, const T*, const T*, const T*, std::int64_t,                                        \
+        const xgrad::kernels::adam_step_coefficients&) const noexcept;
+
+#define XGRAD_CPU_OPTIM_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                 \
+    XGRAD_CPU_OPTIM_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                         \
+    XGRAD_CPU_OPTIM_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)
+
+XGRAD_CPU_OPTIM_SIMD_INSTANTIATE(extern, xsimd::sse2)
+XGRAD_CPU_OPTIM_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)

@@ -1,10 +1,11 @@
 // Optimizers (see optimizer.hpp for the contract).
 //
-// Every update is composed from xgrad's elementwise ops under no_grad, so it runs on the
-// parameter's device with the library's kernels and records nothing. Constant factors are
-// folded into doubles first and applied with the scalar operators, which keeps the number of
-// full-size passes (and temporaries) per parameter small: SGD without momentum is two passes,
-// Adam about a dozen.
+// A step runs each built-in rule as one fused kernel pass per parameter (sgd_step, adam_step of
+// the backend's kernel list), in place where no one else sees the storage (see the header).
+// The composite rules below (update()) stay as the fused kernels' oracle and as the path of
+// optimizers without a kernel: each is composed from xgrad's elementwise ops under no_grad,
+// constant factors folded into doubles first and applied with the scalar operators, in the
+// order the kernels' shared formula (backends/common/optimizer_math.hpp) repeats.
 #include "xgrad/optim/optimizer.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/src/detail.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -129,15 +131,21 @@ namespace xgrad::optim
 
     void optimizer::zero_grad() { model().zero_grad(); }
 
+    struct optimizer::pending_update
+    {
+        std::string m_name;
+        tensor m_value;
+        buffers_type m_buffers;
+    };
+
+    bool optimizer::fused_update(const tensor&, const std::vector<tensor>&, const tensor&, const tensor&,
+                                 const std::vector<tensor>&, const hyper&)
+    {
+        return false;
+    }
+
     void optimizer::step()
     {
-        struct pending
-        {
-            std::string m_name;
-            tensor m_value;
-            buffers_type m_buffers;
-        };
-
         // Gradients are checked for every parameter first, so that a bad one cannot leave
         // the module half updated.
         std::vector<std::pair<std::string, tensor>> work; // (name, parameter), grad defined
@@ -162,47 +170,16 @@ namespace xgrad::optim
             fail("step: the step count is already " + std::to_string(m_step) + ", the most it can count (" +
                  std::to_string(max_step_count) + ")");
 
-        // The new values and buffers are all computed before any is stored: if an op throws
-        // (out of memory, ...), nothing has changed.
-        std::vector<pending> updates;
-        updates.reserve(work.size());
+        std::vector<pending_update> updates;
         ++m_step;
         try
         {
             no_grad guard;
-            for (const auto& [n, p] : work)
-            {
-                const dtype dt = p.dtype(), cdt = compute_dtype(dt);
-                // Detached handles: a gradient computed with create_graph must not pull its
-                // graph into the state, and the rule must see plain values.
-                tensor pc = p.detach(), gc = p.grad().detach();
-                buffers_type buffers;
-                if (const auto it = m_state.find(n); it != m_state.end())
-                    buffers = it->second;
-                // 16-bit parameters: one update in float32, rounded back once at the end,
-                // rather than a rounding after every op of the rule.
-                if (cdt != dt)
-                {
-                    pc = pc.to(cdt);
-                    gc = gc.to(cdt);
-                    for (auto& [b, t] : buffers)
-                        t = t.to(cdt);
-                }
-                tensor value = update(n, pc, gc, buffers, hyper_of(n));
-                if (cdt != dt)
-                {
-                    value = value.to(dt);
-                    for (auto& [b, t] : buffers)
-                        t = t.to(dt);
-                }
-                if (const std::string bad = mismatch(value, p); !bad.empty())
-                    throw std::logic_error(std::string(type_name()) + ": the update of " + quoted(n) + " " + bad);
-                for (const auto& [b, t] : buffers)
-                    if (const std::string bad = mismatch(t, p); !bad.empty())
-                        throw std::logic_error(std::string(type_name()) + ": buffer " + quoted(n + "." + b) + " " +
-                                               bad);
-                updates.push_back({n, value, std::move(buffers)});
-            }
+            bool all_fused = false;
+            if (m_fused)
+                updates = fused_updates(work, all_fused);
+            if (!all_fused)
+                updates = composite_updates(work);
         }
         catch (...)
         {
@@ -214,6 +191,120 @@ namespace xgrad::optim
             model().update_parameter(u.m_name, u.m_value);
             m_state[u.m_name] = std::move(u.m_buffers);
         }
+    }
+
+    namespace
+    {
+        /// Whether writing into t's storage is invisible to everything but t itself: t is
+        /// contiguous and its handle is the storage's only owner (no view, saved tensor or
+        /// state copy shares it). Asked before any view of t is made.
+        bool writable_in_place(const tensor& t) { return t.is_contiguous() && t.impl()->m_storage.use_count() == 1; }
+
+        /// Where the new value of t goes: t's own storage when that is invisible to others,
+        /// else new storage.
+        tensor output_for(const tensor& t)
+        {
+            return writable_in_place(t) ? t.detach() : detail::empty(t.shape(), t.dtype(), t.device());
+        }
+    }
+
+    std::vector<optimizer::pending_update>
+    optimizer::fused_updates(const std::vector<std::pair<std::string, tensor>>& work, bool& all_fused)
+    {
+        struct job
+        {
+            std::string name;
+            hyper h;
+            tensor param, grad, param_out;
+            std::vector<tensor> buffers, buffers_out;
+        };
+        // First every output is found or allocated (allocation is the only thing that can
+        // fail), then the kernels run: a failed step has written nothing that anyone sees.
+        const std::vector<std::string> names = updated_buffers();
+        std::vector<job> jobs;
+        jobs.reserve(work.size());
+        for (const auto& [n, p] : work)
+        {
+            job j;
+            j.name = n;
+            j.h = hyper_of(n);
+            j.param_out = output_for(p); // before any other view of p exists
+            j.param = detail::raw_contiguous(p.detach());
+            j.grad = detail::raw_contiguous(p.grad().detach());
+            if (const auto it = m_state.find(n); it != m_state.end())
+                for (const auto& b : names)
+                {
+                    const tensor& t = it->second.at(b);
+                    j.buffers_out.push_back(output_for(t));
+                    j.buffers.push_back(detail::raw_contiguous(t.detach()));
+                }
+            else
+                for (std::size_t k = 0; k < names.size(); ++k)
+                    j.buffers_out.push_back(detail::empty(p.shape(), p.dtype(), p.device()));
+            jobs.push_back(std::move(j));
+        }
+
+        std::vector<pending_update> updates;
+        updates.reserve(jobs.size());
+        for (job& j : jobs)
+        {
+            if (!fused_update(j.param_out, j.buffers_out, j.param, j.grad, j.buffers, j.h))
+            {
+                if (!updates.empty())
+                    throw std::logic_error(std::string(type_name()) +
+                                           ": fused_update ran for some parameters and not for " + quoted(j.name));
+                all_fused = false;
+                return {};
+            }
+            buffers_type buffers;
+            for (std::size_t k = 0; k < names.size(); ++k)
+                buffers.emplace(names[k], j.buffers_out[k]);
+            updates.push_back({j.name, j.param_out, std::move(buffers)});
+        }
+        all_fused = true;
+        return updates;
+    }
+
+    std::vector<optimizer::pending_update>
+    optimizer::composite_updates(const std::vector<std::pair<std::string, tensor>>& work)
+    {
+        // The new values and buffers are all computed before any is stored: if an op throws
+        // (out of memory, ...), nothing has changed.
+        std::vector<pending_update> updates;
+        updates.reserve(work.size());
+        for (const auto& [n, p] : work)
+        {
+            const dtype dt = p.dtype(), cdt = compute_dtype(dt);
+            // Detached handles: a gradient computed with create_graph must not pull its
+            // graph into the state, and the rule must see plain values.
+            tensor pc = p.detach(), gc = p.grad().detach();
+            buffers_type buffers;
+            if (const auto it = m_state.find(n); it != m_state.end())
+                buffers = it->second;
+            // 16-bit parameters: one update in float32, rounded back once at the end,
+            // rather than a rounding after every op of the rule.
+            if (cdt != dt)
+            {
+                pc = pc.to(cdt);
+                gc = gc.to(cdt);
+                for (auto& [b, t] : buffers)
+                    t = t.to(cdt);
+            }
+            tensor value = update(n, pc, gc, buffers, hyper_of(n));
+            if (cdt != dt)
+            {
+                value = value.to(dt);
+                for (auto& [b, t] : buffers)
+                    t = t.to(dt);
+            }
+            if (const std::string bad = mismatch(value, p); !bad.empty())
+                throw std::logic_error(std::string(type_name()) + ": the update of " + quoted(n) + " " + bad);
+            for (const auto& [b, t] : buffers)
+                if (const std::string bad = mismatch(t, p); !bad.empty())
+                    throw std::logic_error(std::string(type_name()) + ": buffer " + quoted(n + "." + b) + " " + bad);
+            updates.push_back({n, value, std::move(buffers)});
+        }
+        return updates;
     }
 
     // --- state --------------------------------------------------------------------------------
@@ -408,6 +499,29 @@ namespace xgrad::optim
 
     std::vector<std::string> sgd::buffer_names() const { return {"momentum_buffer"}; }
 
+    std::vector<std::string> sgd::updated_buffers() const
+    {
+        return m_options.momentum != 0.0 ? buffer_names() : std::vector<std::string>{};
+    }
+
+    bool sgd::fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                           const tensor& grad, const std::vector<tensor>& buffers, const hyper& h)
+    {
+        const sgd_options& o = m_options;
+        kernels::sgd_step_coefficients c;
+        c.lr = h.lr;
+        c.weight_decay = h.weight_decay.value_or(o.weight_decay);
+        c.momentum = o.momentum;
+        c.dampening = o.dampening;
+        c.nesterov = o.nesterov;
+        const bool momentum = o.momentum != 0.0;
+        detail::backend_for(param.device())
+            .sgd_step(param_out.data_ptr(), momentum ? buffers_out[0].data_ptr() : nullptr, param.data_ptr(),
+                      grad.data_ptr(), momentum && !buffers.empty() ? buffers[0].data_ptr() : nullptr, param.dtype(),
+                      param.numel(), c);
+        return true;
+    }
+
     tensor sgd::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
                        const hyper& h)
     {
@@ -437,6 +551,28 @@ namespace xgrad::optim
     }
 
     std::vector<std::string> adam::buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+    bool adam::fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                            const tensor& grad, const std::vector<tensor>& buffers, const hyper& h)
+    {
+        const adam_options& o = m_options;
+        const double t = static_cast<double>(step_count());
+        kernels::adam_step_coefficients c;
+        c.lr = h.lr;
+        c.beta1 = o.beta1;
+        c.beta2 = o.beta2;
+        c.eps = o.eps;
+        c.weight_decay = h.weight_decay.value_or(o.weight_decay);
+        c.decoupled = m_decoupled;
+        c.bias_correction1 = 1.0 - std::pow(o.beta1, t);
+        c.bias_correction2 = 1.0 - std::pow(o.beta2, t);
+        const bool first = buffers.empty();
+        detail::backend_for(param.device())
+            .adam_step(param_out.data_ptr(), buffers_out[0].data_ptr(), buffers_out[1].data_ptr(), param.data_ptr(),
+                       grad.data_ptr(), first ? nullptr : buffers[0].data_ptr(),
+                       first ? nullptr : buffers[1].data_ptr(), param.dtype(), param.numel(), c);
+        return true;
+    }
 
     tensor adam::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
                         const hyper& h)

@@ -8,6 +8,18 @@
 // after it. Parameters and their state are found by their full names, which is also how the
 // state is saved in a checkpoint.
 //
+// How a step runs (the built-in optimizers): one fused kernel pass per parameter (the backend's
+// sgd_step / adam_step) reads the parameter, its gradient and its buffers and writes the new
+// ones. It writes into the parameter's and the buffers' own storage when nothing else holds
+// that storage (no view, no saved tensor of a live graph, no state_dict() copy, no tensor
+// given to load_state_dict still held by the caller), which is the usual case in a training
+// loop: such a step allocates no tensor storage. Storage that something else holds is never
+// written: the step then gives the parameter (or buffer) new storage, so every earlier copy
+// keeps its values. Either way the parameter's version is incremented, exactly as if new data
+// had been given. set_fused(false) runs the composite rule instead (the update written with
+// xgrad's elementwise ops, a dozen passes and temporaries for Adam): the fused kernels' oracle,
+// with the same bits wherever the processor's fast kernel does not fuse a multiply-add.
+//
 // State (state_dict): a map from names to tensors, the same on every run with the same seed:
 //   "step"                     int64, shape []: the number of steps taken, in
 //                              [0, optimizer::max_step_count];
@@ -79,6 +91,12 @@ namespace xgrad::optim
         /// "sgd", "adam", "adamw".
         virtual std::string_view type_name() const noexcept = 0;
 
+        /// Whether steps run the fused kernel (true, the default) or the composite rule (see
+        /// the file comment). An optimizer without a fused kernel always runs its composite
+        /// rule.
+        void set_fused(bool on) noexcept { m_fused = on; }
+        bool fused() const noexcept { return m_fused; }
+
         /// One update of every parameter that has a gradient. Throws xgrad::invalid_argument,
         /// changing nothing, when step_count() is already max_step_count.
         void step();
@@ -134,12 +152,32 @@ namespace xgrad::optim
         /// parameter's state holds all of them or none.
         virtual std::vector<std::string> buffer_names() const = 0;
 
+        /// The buffers a step writes (a subset of buffer_names(), in a fixed order; SGD
+        /// without momentum keeps none). Default: buffer_names().
+        virtual std::vector<std::string> updated_buffers() const { return buffer_names(); }
+
+        /// The fused form of update(): writes the new parameter into param_out and the new
+        /// buffers into buffers_out (in updated_buffers() order) from param, grad and buffers
+        /// (the same order; empty before the parameter's first update). Every tensor is
+        /// contiguous, of the parameter's shape, dtype and device, and an output is either its
+        /// input itself (the same storage) or overlaps nothing; m_step is already incremented.
+        /// Returns false, writing nothing, when the optimizer has no fused kernel (the default):
+        /// the step then runs update().
+        virtual bool fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                                  const tensor& grad, const std::vector<tensor>& buffers, const hyper& h);
+
         /// Throws xgrad::invalid_argument("<type_name()>: <what>").
         [[noreturn]] void fail(const std::string& what) const;
 
     private:
         hyper hyper_of(const std::string& name) const;
+        /// The two ways of computing a step's updates, (name, parameter) pairs with gradients.
+        struct pending_update;
+        std::vector<pending_update> composite_updates(const std::vector<std::pair<std::string, tensor>>& work);
+        std::vector<pending_update> fused_updates(const std::vector<std::pair<std::string, tensor>>& work,
+                                                  bool& all_fused);
 
+        bool m_fused = true;
         nn::module* m_model;
         double m_lr;
         std::int64_t m_step = 0;
@@ -182,6 +220,9 @@ namespace xgrad::optim
         tensor update(const std::string& name, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
                       const hyper& h) override;
         std::vector<std::string> buffer_names() const override;
+        std::vector<std::string> updated_buffers() const override;
+        bool fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                          const tensor& grad, const std::vector<tensor>& buffers, const hyper& h) override;
 
     private:
         sgd_options m_options;
@@ -214,6 +255,8 @@ namespace xgrad::optim
         tensor update(const std::string& name, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
                       const hyper& h) override;
         std::vector<std::string> buffer_names() const override;
+        bool fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                          const tensor& grad, const std::vector<tensor>& buffers, const hyper& h) override;
 
     private:
         adam_options m_options;
