@@ -4,7 +4,7 @@
 //                       [--schedule constant|step|cosine] [--threads T] [--device cpu|cuda]
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--init-from WEIGHTS]
-//                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch]
+//                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch] [--workers W]
 //                       [--distributed] [--sync-bn] [--summary]
 //
 // Data-parallel: `mpirun -np K train_fashion_mnist ...` (or --distributed) trains one model
@@ -66,6 +66,7 @@ namespace
         std::int64_t limit = 0;      // > 0: train on the first `limit` images only
         std::int64_t test_limit = 0; // > 0: evaluate on the first `test_limit` test images
         bool prefetch = true;
+        std::int64_t workers = 1; // loader threads preparing batches
         bool distributed = false; // launched by MPI, or --distributed
         bool sync_bn = false;
         bool summary = false; // the machine-readable last line
@@ -104,6 +105,8 @@ namespace
         p.add_int("--test-limit", c.test_limit, 0, INT64_MAX, "N", "evaluate on the first N test images only (0: all)");
         bool no_prefetch = false;
         p.add_switch("--no-prefetch", no_prefetch, "prepare batches on the training thread");
+        p.add_int("--workers", c.workers, 1, xgrad::data::loader_options::max_workers, "W",
+                  "background threads preparing batches (each one batch at a time; the batches do not depend on it)");
         p.add_switch("--distributed", c.distributed,
                      "train data-parallel over the MPI job (implied when started by mpirun; alone, a job of one "
                      "process)");
@@ -183,6 +186,7 @@ namespace
         lo.seed = c.seed;
         lo.data_format = c.data_format;
         lo.prefetch = c.prefetch;
+        lo.num_workers = c.workers;
         lo.num_replicas = world.size();
         lo.rank = world.rank();
         data::data_loader loader(train_data, lo);

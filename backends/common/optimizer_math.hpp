@@ -75,9 +75,9 @@ namespace xgrad::kernels
             bool decay, has_momentum, damped, nesterov;
 
             explicit sgd_constants(const sgd_step_coefficients& c)
-                : lr(T(c.lr)), weight_decay(T(c.weight_decay)), momentum(T(c.momentum)), damp_keep(T(1.0 - c.dampening)),
-                  decay(c.weight_decay != 0.0), has_momentum(c.momentum != 0.0), damped(c.dampening != 0.0),
-                  nesterov(c.nesterov)
+                : lr(T(c.lr)), weight_decay(T(c.weight_decay)), momentum(T(c.momentum)),
+                  damp_keep(T(1.0 - c.dampening)), decay(c.weight_decay != 0.0), has_momentum(c.momentum != 0.0),
+                  damped(c.dampening != 0.0), nesterov(c.nesterov)
             {
             }
         };
@@ -123,8 +123,7 @@ namespace xgrad::kernels
         /// the buffers start at zero (m and v are not read): b m + (1 - b) g is then exactly
         /// (1 - b) g, as the composite computes it.
         template <class T>
-        XGRAD_HOST_DEVICE T adam_element(const adam_constants<T>& k, T p, T g, T m, T v, bool first, T& m_out,
-                                         T& v_out)
+        XGRAD_HOST_DEVICE T adam_element(const adam_constants<T>& k, T p, T g, T m, T v, bool first, T& m_out, T& v_out)
         {
             const T base = k.decoupled_decay ? mul(p, k.base_scale) : p;
             const T grad = k.coupled_decay ? g + mul(p, k.weight_decay) : g;

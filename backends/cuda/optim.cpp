@@ -23,10 +23,9 @@ namespace xgrad::cuda
             detail::for_each_index(n, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 const bool first = momentum == nullptr;
                 C b_new = C(0);
-                const C p_new = kernels::detail::sgd_element<C>(k, element<E>::load(param, i),
-                                                                element<E>::load(grad, i),
-                                                                first ? C(0) : element<E>::load(momentum, i), first,
-                                                                b_new);
+                const C p_new =
+                    kernels::detail::sgd_element<C>(k, element<E>::load(param, i), element<E>::load(grad, i),
+                                                    first ? C(0) : element<E>::load(momentum, i), first, b_new);
                 if (momentum_out)
                     element<E>::store(momentum_out, i, b_new);
                 element<E>::store(param_out, i, p_new);
@@ -45,8 +44,8 @@ namespace xgrad::cuda
                 C m_new = C(0), v_new = C(0);
                 const C p_new = kernels::detail::adam_element<C>(
                     k, element<E>::load(param, i), element<E>::load(grad, i),
-                    first ? C(0) : element<E>::load(exp_avg, i), first ? C(0) : element<E>::load(exp_avg_sq, i),
-                    first, m_new, v_new);
+                    first ? C(0) : element<E>::load(exp_avg, i), first ? C(0) : element<E>::load(exp_avg_sq, i), first,
+                    m_new, v_new);
                 element<E>::store(exp_avg_out, i, m_new);
                 element<E>::store(exp_avg_sq_out, i, v_new);
                 element<E>::store(param_out, i, p_new);
@@ -78,14 +77,14 @@ namespace xgrad::cuda
             return adam_step_typed<float>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg, exp_avg_sq, n,
                                           c);
         case dtype::float64:
-            return adam_step_typed<double>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg, exp_avg_sq,
-                                           n, c);
+            return adam_step_typed<double>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg, exp_avg_sq, n,
+                                           c);
         case dtype::float16:
-            return adam_step_typed<float16_t>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg,
-                                              exp_avg_sq, n, c);
+            return adam_step_typed<float16_t>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg, exp_avg_sq,
+                                              n, c);
         case dtype::bfloat16:
-            return adam_step_typed<bfloat16_t>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg,
-                                               exp_avg_sq, n, c);
+            return adam_step_typed<bfloat16_t>(param_out, exp_avg_out, exp_avg_sq_out, param, grad, exp_avg, exp_avg_sq,
+                                               n, c);
         case dtype::int64: break;
         }
         throw xgrad::invalid_argument("adam_step: the dtype must be floating point, got int64");

@@ -29,14 +29,11 @@ namespace xgrad::cpu::simd
             constexpr std::int64_t w = static_cast<std::int64_t>(batch<Arch, T>::size);
             std::int64_t i = 0;
             for (; i + w <= n; i += w)
-                f(
-                    [i](const T* p) {
-                        return p ? batch<Arch, T>::load_unaligned(p + i) : batch<Arch, T>(T(0));
-                    },
-                    [i](T* q, const batch<Arch, T>& v) {
-                        if (q)
-                            v.store_unaligned(q + i);
-                    });
+                f([i](const T* p) { return p ? batch<Arch, T>::load_unaligned(p + i) : batch<Arch, T>(T(0)); },
+                  [i](T* q, const batch<Arch, T>& v) {
+                      if (q)
+                          v.store_unaligned(q + i);
+                  });
             if (i < n)
             {
                 const std::int64_t rem = n - i;
@@ -75,8 +72,8 @@ namespace xgrad::cpu::simd
     }
 
     template <class Arch, class T>
-    void adam_step_fn::operator()(Arch, T* param_out, T* exp_avg_out, T* exp_avg_sq_out, const T* param,
-                                  const T* grad, const T* exp_avg, const T* exp_avg_sq, std::int64_t n,
+    void adam_step_fn::operator()(Arch, T* param_out, T* exp_avg_out, T* exp_avg_sq_out, const T* param, const T* grad,
+                                  const T* exp_avg, const T* exp_avg_sq, std::int64_t n,
                                   const kernels::adam_step_coefficients& c) const noexcept
     {
         using B = optim_impl::batch<Arch, T>;

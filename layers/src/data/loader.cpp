@@ -4,15 +4,18 @@
 // mixes (seed, epoch) through the splitmix64 finaliser, so it depends on nothing else: not on
 // the epochs run before, nor on how far an abandoned epoch got.
 //
-// Prefetch. One worker thread per loader and a one-batch slot, all shared state under one
-// mutex. The worker fills the slot with batch k + 1 as soon as the caller has taken batch k,
-// so preparing a batch overlaps with training on the previous one. Every epoch gets a new
-// generation number; the worker copies (generation, order, batch index) under the lock,
-// builds the batch unlocked, and on relocking drops the result if start_epoch moved to a new
-// generation meanwhile. The order is held by shared_ptr, so an abandoned epoch's order stays
-// alive for a batch still being built from it. An exception from building a batch is kept in
-// the slot's place and rethrown by every next() until the next start_epoch. The destructor
-// sets a stop flag and joins: the worker finishes at most the batch in hand and exits.
+// Prefetch. num_workers worker threads per loader share a window of batches, all shared state
+// under one mutex. A worker claims the next unclaimed batch index k while k is less than
+// num_workers batches ahead of the one the caller takes next, builds it unlocked, and files it
+// (or its exception) under k; next() waits for batch m_consumed. So preparing batches overlaps
+// with training on the previous one, up to num_workers at once, and the caller receives them in
+// order whatever order the workers finish in. Every epoch gets a new generation number; a
+// worker copies (generation, order, k) under the lock, and on relocking drops the result if
+// start_epoch moved to a new generation meanwhile. The order is held by shared_ptr, so an
+// abandoned epoch's order stays alive for a batch still being built from it. An exception
+// from building batch k is rethrown by next() when the caller reaches k, and by every later
+// next() until the next start_epoch. The destructor sets a stop flag and joins: each worker
+// finishes at most the batch in hand and exits.
 //
 // Sharding. A step's global batch is the slice [k*K*B, (k+1)*K*B) of the shared order and a
 // rank's batch the part [r*B, (r+1)*B) of that slice, clipped: each rank computes its own
@@ -26,6 +29,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -122,13 +126,14 @@ namespace xgrad::data
         bool m_started = false;
         std::uint64_t m_generation = 0;
         std::shared_ptr<const order_type> m_order;
-        std::int64_t m_epoch = 0;    // of m_order, for the transforms' generators
-        std::int64_t m_produced = 0; // batches of this generation built (or failed)
-        std::int64_t m_consumed = 0; // batches handed out by next()
-        std::optional<batch> m_ready;
-        std::exception_ptr m_error;
+        std::int64_t m_epoch = 0;                            // of m_order, for the transforms' generators
+        std::int64_t m_claimed = 0;                          // batches of this generation a worker has started
+        std::int64_t m_consumed = 0;                         // batches handed out by next()
+        std::map<std::int64_t, batch> m_ready;               // built, not yet handed out
+        std::map<std::int64_t, std::exception_ptr> m_failed; // failed, not yet reached
+        std::exception_ptr m_error;                          // the failure next() reached: thrown until start_epoch
 
-        std::thread m_worker; // last: started after everything above is set up
+        std::vector<std::thread> m_workers; // last: started after everything above is set up
 
         batch make_batch(const order_type& order, std::int64_t epoch, std::int64_t k) const;
         /// The byte path without a transform: every example straight into the batch.
@@ -152,7 +157,10 @@ namespace xgrad::data
             }
         }
         void worker_loop();
-        bool has_work() const noexcept { return m_started && !m_ready && !m_error && m_produced < m_batches; }
+        bool has_work() const noexcept
+        {
+            return m_started && !m_error && m_claimed < m_batches && m_claimed < m_consumed + m_options.num_workers;
+        }
     };
 
     std::int64_t data_loader::impl::label_of(std::int64_t example_index, const example* e) const
@@ -311,7 +319,7 @@ namespace xgrad::data
             const std::uint64_t generation = m_generation;
             const std::shared_ptr<const order_type> order = m_order;
             const std::int64_t epoch = m_epoch;
-            const std::int64_t k = m_produced;
+            const std::int64_t k = m_claimed++;
             lock.unlock();
 
             std::optional<batch> made;
@@ -327,13 +335,19 @@ namespace xgrad::data
 
             lock.lock();
             if (generation != m_generation)
-                continue; // start_epoch abandoned this epoch while the batch was being built
+            {
+                // start_epoch abandoned this epoch while the batch was being built. The batch is
+                // released unlocked: its tensors' storage goes back to the allocator.
+                lock.unlock();
+                made.reset();
+                lock.lock();
+                continue;
+            }
             if (error)
-                m_error = error;
+                m_failed.emplace(k, error);
             else
-                m_ready = std::move(made);
-            ++m_produced;
-            m_ready_cv.notify_one();
+                m_ready.emplace(k, std::move(*made));
+            m_ready_cv.notify_all();
         }
     }
 
@@ -356,6 +370,9 @@ namespace xgrad::data
             if (!is_floating(options.dtype))
                 reject("dtype must be floating (float32, float64, float16 or bfloat16), got " +
                        std::string(name(options.dtype)));
+            if (options.num_workers < 1 || options.num_workers > loader_options::max_workers)
+                reject("num_workers must be in [1, " + std::to_string(loader_options::max_workers) + "], got " +
+                       std::to_string(options.num_workers));
             return global;
         }
     }
@@ -367,8 +384,20 @@ namespace xgrad::data
         m.m_global = global;
         // n / g rounded up without forming n + g - 1, which overflows for a batch size near INT64_MAX.
         m.m_batches = size / global + (!m.m_options.drop_last && size % global != 0 ? 1 : 0);
-        if (m.m_options.prefetch)
-            m.m_worker = std::thread([&m] { m.worker_loop(); });
+        if (!m.m_options.prefetch)
+            return;
+        // Workers that fail to start leave the loader unusable: the ones started are stopped
+        // and joined before the exception leaves the constructor.
+        try
+        {
+            for (std::int64_t w = 0; w < m.m_options.num_workers; ++w)
+                m.m_workers.emplace_back([&m] { m.worker_loop(); });
+        }
+        catch (...)
+        {
+            stop_workers();
+            throw;
+        }
     }
 
     data_loader::data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options)
@@ -459,18 +488,21 @@ namespace xgrad::data
         start(size, global);
     }
 
-    data_loader::~data_loader()
+    void data_loader::stop_workers() noexcept
     {
-        if (m_impl && m_impl->m_worker.joinable())
+        if (!m_impl || m_impl->m_workers.empty())
+            return;
         {
-            {
-                std::lock_guard<std::mutex> lock(m_impl->m_mutex);
-                m_impl->m_stop = true;
-            }
-            m_impl->m_work_cv.notify_one();
-            m_impl->m_worker.join();
+            std::lock_guard<std::mutex> lock(m_impl->m_mutex);
+            m_impl->m_stop = true;
         }
+        m_impl->m_work_cv.notify_all();
+        for (std::thread& t : m_impl->m_workers)
+            t.join();
+        m_impl->m_workers.clear();
     }
+
+    data_loader::~data_loader() { stop_workers(); }
 
     void data_loader::start_epoch(std::int64_t epoch)
     {
@@ -486,20 +518,20 @@ namespace xgrad::data
             for (std::size_t i = order->size(); i > 1; --i)
                 std::swap((*order)[i - 1], (*order)[static_cast<std::size_t>(gen.below(i))]);
         }
-        std::optional<batch> dropped; // released after unlocking
+        std::map<std::int64_t, batch> dropped; // released after unlocking
         {
             std::lock_guard<std::mutex> lock(m.m_mutex);
             ++m.m_generation;
             m.m_started = true;
             m.m_order = std::move(order);
             m.m_epoch = epoch;
-            m.m_produced = 0;
+            m.m_claimed = 0;
             m.m_consumed = 0;
-            dropped = std::move(m.m_ready);
-            m.m_ready.reset();
+            dropped.swap(m.m_ready);
+            m.m_failed.clear();
             m.m_error = nullptr;
         }
-        m.m_work_cv.notify_one();
+        m.m_work_cv.notify_all();
     }
 
     std::optional<batch> data_loader::next()
@@ -521,14 +553,22 @@ namespace xgrad::data
             throw std::logic_error("data_loader::next: no epoch started (call start_epoch first)");
         if (m.m_consumed == m.m_batches)
             return std::nullopt;
-        m.m_ready_cv.wait(lock, [&m] { return m.m_ready.has_value() || m.m_error; });
         if (m.m_error)
             std::rethrow_exception(m.m_error);
-        batch out = std::move(*m.m_ready);
-        m.m_ready.reset();
+        const std::int64_t k = m.m_consumed;
+        m.m_ready_cv.wait(lock, [&m, k] { return m.m_ready.count(k) != 0 || m.m_failed.count(k) != 0; });
+        if (const auto failed = m.m_failed.find(k); failed != m.m_failed.end())
+        {
+            m.m_error = failed->second;
+            m.m_failed.erase(failed);
+            std::rethrow_exception(m.m_error);
+        }
+        const auto ready = m.m_ready.find(k);
+        batch out = std::move(ready->second);
+        m.m_ready.erase(ready);
         ++m.m_consumed;
         lock.unlock();
-        m.m_work_cv.notify_one();
+        m.m_work_cv.notify_all(); // the window moved: a worker may claim one more
         return out;
     }
 

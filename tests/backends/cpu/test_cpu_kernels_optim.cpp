@@ -36,10 +36,25 @@ namespace
             unsigned char* p = out.data() + static_cast<std::size_t>(i) * xgrad::itemsize(dt);
             switch (dt)
             {
-            case dtype::float32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+            case dtype::float32:
+            {
+                const float f = static_cast<float>(v);
+                std::memcpy(p, &f, 4);
+                break;
+            }
             case dtype::float64: std::memcpy(p, &v, 8); break;
-            case dtype::float16: { const auto h = xgrad::to_float16(v); std::memcpy(p, &h.bits, 2); break; }
-            case dtype::bfloat16: { const auto h = xgrad::to_bfloat16(v); std::memcpy(p, &h.bits, 2); break; }
+            case dtype::float16:
+            {
+                const auto h = xgrad::to_float16(v);
+                std::memcpy(p, &h.bits, 2);
+                break;
+            }
+            case dtype::bfloat16:
+            {
+                const auto h = xgrad::to_bfloat16(v);
+                std::memcpy(p, &h.bits, 2);
+                break;
+            }
             case dtype::int64: break;
             }
         }
@@ -215,5 +230,6 @@ TEST_CASE("cpu kernels: the reference sgd_step and adam_step compute the documen
     const double mn = 0.9 * m + 0.1 * g, vn = 0.999 * v + 0.001 * g * g;
     CHECK(mo == doctest::Approx(mn).epsilon(1e-15));
     CHECK(vo == doctest::Approx(vn).epsilon(1e-15));
-    CHECK(po == doctest::Approx(p * (1.0 - 0.01 * 0.1) - 0.01 * (mn / c1) / (std::sqrt(vn / c2) + 1e-8)).epsilon(1e-13));
+    CHECK(po ==
+          doctest::Approx(p * (1.0 - 0.01 * 0.1) - 0.01 * (mn / c1) / (std::sqrt(vn / c2) + 1e-8)).epsilon(1e-13));
 }

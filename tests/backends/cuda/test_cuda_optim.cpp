@@ -38,9 +38,10 @@ namespace
 TEST_CASE("cuda optimizer kernels: sgd_step and adam_step give the CPU reference's bits")
 {
     const double c1 = 1.0 - std::pow(0.9, 3.0), c2 = 1.0 - std::pow(0.999, 3.0);
-    const kernels::sgd_step_coefficients sgd_cases[] = {
-        {0.1, 0.0, 0.0, 0.0, false}, {0.1, 0.05, 0.9, 0.0, false}, {0.05, 0.0, 0.8, 0.3, false},
-        {0.03, 0.2, 0.7, 0.0, true}};
+    const kernels::sgd_step_coefficients sgd_cases[] = {{0.1, 0.0, 0.0, 0.0, false},
+                                                        {0.1, 0.05, 0.9, 0.0, false},
+                                                        {0.05, 0.0, 0.8, 0.3, false},
+                                                        {0.03, 0.2, 0.7, 0.0, true}};
     const kernels::adam_step_coefficients adam_cases[] = {{1e-3, 0.9, 0.999, 1e-8, 0.0, false, c1, c2},
                                                           {1e-2, 0.8, 0.99, 1e-6, 0.1, false, c1, c2},
                                                           {3e-3, 0.9, 0.999, 1e-3, 0.05, true, c1, c2}};

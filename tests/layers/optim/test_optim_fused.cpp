@@ -110,8 +110,7 @@ TEST_CASE("optim: the fused step gives the composite rule's bits")
             for (std::uint64_t step = 1; step <= 6; ++step)
             {
                 // "inner.v" first gets a gradient at step 3: its buffers start then.
-                const std::vector<std::string> names =
-                    step < 3 ? std::vector<std::string>{"w", "b"} : all_names;
+                const std::vector<std::string> names = step < 3 ? std::vector<std::string>{"w", "b"} : all_names;
                 set_grads(fused_model, 100 + step, names);
                 set_grads(composite_model, 100 + step, names);
                 fused->step();

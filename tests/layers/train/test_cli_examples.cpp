@@ -237,6 +237,7 @@ TEST_CASE("examples: one command line for every program (--help, --flag=value, u
     // A value missing, a value given to a switch, a value outside the choices.
     check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--epochs"}, dir.path), 2, {"--epochs needs a value"});
     check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--no-prefetch=1"}, dir.path), 2, {"--no-prefetch takes no value"});
+    check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--workers", "0"}, dir.path), 2, {"--workers", "[1, 256]"});
     check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--format", "nchw"}, dir.path), 2,
               {"--format expects one of 'NCHW', 'NHWC', got 'nchw'"});
     check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--resume", "a", "--init-from", "b"}, dir.path), 2,

@@ -5,7 +5,8 @@
 // Each epoch visits the dataset in an order given by (seed, epoch) alone — shuffled with
 // xgrad::generator when `shuffle`, in order otherwise — so a run resumed at an epoch sees the
 // same batches as an uninterrupted one. A background thread prepares the next batch (bytes
-// -> normalised float tensor, labels -> int64) while the caller trains on the current one.
+// -> normalised float tensor, labels -> int64) while the caller trains on the current one;
+// with num_workers > 1, that many threads each prepare one of the next num_workers batches.
 //
 // A batch of an image_dataset holds images [b, C, rows, cols] ("NCHW") or [b, rows, cols, C]
 // ("NHWC") with value (byte / 255 - mean[c]) / std[c] (channel_mean / channel_std, or mean /
@@ -13,12 +14,15 @@
 // a data::dataset stacks its examples' inputs (which must all have one shape; a [C, H, W]
 // input is laid out as data_format says, any other shape as it is) converted to the options'
 // dtype. The last batch of an epoch is smaller unless drop_last (which leaves its examples
-// out). With prefetch on or off the batches are identical; prefetching keeps one batch ready
-// ahead.
+// out). With prefetch on or off, and with any number of workers, the batches are identical and
+// come in the same order; prefetching keeps up to num_workers batches ready or in the making
+// ahead of the one the caller takes next.
 //
 // Transforms (options.transform, xgrad/data/transforms.hpp) run on each example's [C, H, W]
 // input in float32 (float64 for a float64 batch) before it joins the batch: for an
-// image_dataset after the normalisation above, on the same background thread. Each example
+// image_dataset after the normalisation above, on the background threads. With num_workers > 1
+// a dataset's get and the transforms are called from several threads at once (each for
+// another example), so they must be safe to call concurrently; the built-in ones are. Each example
 // gets its own generator, seeded from (seed, epoch, example index) alone, so the batches are
 // the same whatever the prefetching, and a resumed run makes the ones it would have made.
 //
@@ -33,7 +37,7 @@
 // stay in step without communicating. global_batch_size(j) is the number of examples of step j
 // over all ranks (what a data-parallel loss is scaled by). K = 1 is the one-process loader.
 //
-// A loader is driven by one thread at a time (start_epoch, next); the background thread is
+// A loader is driven by one thread at a time (start_epoch, next); the background threads are
 // internal. Batches are new tensors that outlive the loader.
 #include <cstdint>
 #include <memory>
@@ -66,8 +70,12 @@ namespace xgrad::data
         xgrad::data::transform transform;
         std::string data_format = "NCHW";
         xgrad::dtype dtype = xgrad::dtype::float32;
-        /// Prepare the next batch on a background thread.
+        /// Prepare the next batches on background threads.
         bool prefetch = true;
+        /// With prefetch: how many background threads prepare batches, each one batch at a
+        /// time, at most num_workers batches ahead. In [1, max_workers].
+        std::int64_t num_workers = 1;
+        static constexpr std::int64_t max_workers = 256;
         /// Sharding (see above): the number of processes sharing each step's global batch of
         /// num_replicas * batch_size examples, and which share this loader yields.
         std::int64_t num_replicas = 1;
@@ -89,9 +97,9 @@ namespace xgrad::data
         /// hold size * channels * rows * cols / size bytes, batch_size < 1, std not finite and
         /// > 0, mean not finite, channel_mean / channel_std not empty nor one value per channel
         /// (or not finite, a std not > 0), a data_format other than "NCHW" and "NHWC", a
-        /// non-floating dtype, num_replicas < 1, rank outside [0, num_replicas), or
-        /// num_replicas * batch_size overflowing int64.
-        /// With prefetch, starts the background thread; the destructor stops and joins it,
+        /// non-floating dtype, num_replicas < 1, rank outside [0, num_replicas), num_workers
+        /// outside [1, max_workers], or num_replicas * batch_size overflowing int64.
+        /// With prefetch, starts the background threads; the destructor stops and joins them,
         /// also in the middle of an epoch.
         data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options);
         /// The same over any dataset (mean, std and the channel values are not used). Errors
@@ -104,13 +112,14 @@ namespace xgrad::data
         data_loader& operator=(const data_loader&) = delete;
 
         /// Starts epoch `epoch` >= 0 (xgrad::invalid_argument otherwise); any epoch in progress
-        /// is abandoned, including a batch the background thread is preparing for it.
+        /// is abandoned, including the batches the background threads are preparing for it.
         void start_epoch(std::int64_t epoch);
         /// The next batch of the current epoch, or nullopt at its end (and after). Errors while
-        /// preparing a batch, on the background thread or not, are thrown here, and again on
-        /// each call until the next start_epoch: data_error for a label not below the dataset's
-        /// classes (checked as batches are made, naming the example), std::bad_alloc. Throws
-        /// std::logic_error when no epoch was started.
+        /// preparing a batch, on a background thread or not, are thrown here when next() reaches
+        /// that batch (the batches before it come first), and again on each call until the next
+        /// start_epoch: data_error for a label not below the dataset's classes (checked as
+        /// batches are made, naming the example), std::bad_alloc. Throws std::logic_error when
+        /// no epoch was started.
         std::optional<batch> next();
         /// Batches (steps) per epoch: ceil(size / (num_replicas * batch_size)), or floor with
         /// drop_last; the same on every rank.
@@ -127,9 +136,11 @@ namespace xgrad::data
         const loader_options& options() const noexcept;
 
     private:
-        /// Sizes the epoch from the source's size and starts the worker (the last step of
+        /// Sizes the epoch from the source's size and starts the workers (the last step of
         /// both constructors).
         void start(std::int64_t size, std::int64_t global);
+        /// Stops and joins the workers (none left afterwards).
+        void stop_workers() noexcept;
 
         struct impl;
         std::unique_ptr<impl> m_impl;
