@@ -167,47 +167,46 @@ namespace
         }
         set_bytes(state, 1);
     }
-}
 
-// --- the optimizer step --------------------------------------------------------------
-void xgrad_adam_step(benchmark::State& state)
-{
-    const auto& k = with_level(state);
-    auto& d = data();
-    static std::vector<float> m(n, 0.01f), v(n, 0.001f), p(n, 1.0f);
-    kernels::adam_step_coefficients c;
-    c.lr = 1e-9; // tiny steps keep the values where they are over many iterations
-    c.bias_correction1 = 0.1;
-    c.bias_correction2 = 0.001;
-    for (auto _ : state)
+    // --- the optimizer step --------------------------------------------------------------
+    void xgrad_adam_step(benchmark::State& state)
     {
-        k.adam_step(p.data(), m.data(), v.data(), p.data(), d.b.data(), m.data(), v.data(), dtype::float32, n, c);
-        benchmark::ClobberMemory();
+        const auto& k = with_level(state);
+        auto& d = data();
+        static std::vector<float> m(n, 0.01f), v(n, 0.001f), p(n, 1.0f);
+        kernels::adam_step_coefficients c;
+        c.lr = 1e-9; // tiny steps keep the values where they are over many iterations
+        c.bias_correction1 = 0.1;
+        c.bias_correction2 = 0.001;
+        for (auto _ : state)
+        {
+            k.adam_step(p.data(), m.data(), v.data(), p.data(), d.b.data(), m.data(), v.data(), dtype::float32, n, c);
+            benchmark::ClobberMemory();
+        }
+        set_bytes(state, 7);
     }
-    set_bytes(state, 7);
-}
 
-class one_parameter final : public nn::module
-{
-public:
-    one_parameter() { register_parameter("w", full({n}, 1.0, dtype::float32).requires_grad_()); }
-    std::string_view type_name() const noexcept override { return "one_parameter"; }
-};
+    class one_parameter final : public nn::module
+    {
+    public:
+        one_parameter() { register_parameter("w", full({n}, 1.0, dtype::float32).requires_grad_()); }
+        std::string_view type_name() const noexcept override { return "one_parameter"; }
+    };
 
-/// One AdamW step (range 0: composite rule, 1: fused kernel) at the best SIMD level.
-void optim_adamw_step(benchmark::State& state)
-{
-    cpu::limit_simd_level(cpu::simd_level::avx2_fma);
-    state.SetLabel(state.range(0) == 1 ? "fused" : "composite");
-    one_parameter model;
-    model.parameter("w").set_grad(full({n}, 0.5, dtype::float32));
-    auto opt = optim::make_optimizer("adamw", model, 1e-9);
-    opt->set_fused(state.range(0) == 1);
-    opt->step(); // the buffers exist from here on
-    for (auto _ : state)
-        opt->step();
-    set_bytes(state, 7);
-}
+    /// One AdamW step (range 0: composite rule, 1: fused kernel) at the best SIMD level.
+    void optim_adamw_step(benchmark::State& state)
+    {
+        cpu::limit_simd_level(cpu::simd_level::avx2_fma);
+        state.SetLabel(state.range(0) == 1 ? "fused" : "composite");
+        one_parameter model;
+        model.parameter("w").set_grad(full({n}, 0.5, dtype::float32));
+        auto opt = optim::make_optimizer("adamw", model, 1e-9);
+        opt->set_fused(state.range(0) == 1);
+        opt->step(); // the buffers exist from here on
+        for (auto _ : state)
+            opt->step();
+        set_bytes(state, 7);
+    }
 }
 
 BENCHMARK(probe_copy)->UseRealTime();
