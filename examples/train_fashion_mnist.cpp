@@ -5,7 +5,7 @@
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--init-from WEIGHTS]
 //                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch] [--workers W]
-//                       [--distributed] [--sync-bn] [--summary]
+//                       [--distributed] [--sync-bn] [--summary] [--profile]
 //
 // Data-parallel: `mpirun -np K train_fashion_mnist ...` (or --distributed) trains one model
 // on K processes, each on its share of every step's K * batch-size images (--batch-size is per
@@ -70,6 +70,7 @@ namespace
         bool distributed = false; // launched by MPI, or --distributed
         bool sync_bn = false;
         bool summary = false; // the machine-readable last line
+        bool profile = false; // the profiler's table after the first epoch
     };
 
     // The ranges of the numeric flags (examples/common/cli.hpp parses them whole).
@@ -113,6 +114,9 @@ namespace
         p.add_switch("--sync-bn", c.sync_bn,
                      "batch norm over the whole global batch (sync_batch_norm2d); needs a data-parallel run");
         p.add_switch("--summary", c.summary, "end with a machine-readable summary line (for bench/train_compare)");
+        p.add_switch("--profile", c.profile,
+                     "profile the first epoch: print where its time went, per op and kernel, forward and backward, "
+                     "and write a Chrome trace (chrome://tracing, Perfetto) to --out/profile_trace.json");
         p.set_epilog("Data-parallel: mpirun -np K train_fashion_mnist --batch-size B ... trains on K * B images per "
                      "step,\nB per process. Set XGRAD_NUM_THREADS (or --threads) so that K * threads does not exceed "
                      "the cores.\n");
@@ -220,6 +224,25 @@ namespace
         // the longer run (a cosine schedule's learning rate picks up where the longer run's
         // would be at that step, so the result differs from a run started with that count).
         o.extendable_metadata = {"epochs"};
+        // --profile: recording from the first step to the end of the first epoch (its test pass
+        // included), then the table and the trace; later epochs run unprofiled.
+        std::optional<xgrad::profiler::scope> profiling;
+        if (c.profile)
+            o.on_epoch_end = [&](const xgrad::train::epoch_metrics&) {
+                if (!profiling)
+                    return;
+                const xgrad::profiler::report report = profiling->report();
+                profiling.reset();
+                log << "\nprofile of the first epoch (" << report.rows.size()
+                    << " rows; self: the time not spent in the ops and kernels it called):\n"
+                    << xgrad::profiler::format_table(report, 30);
+                if (world.rank() == 0)
+                {
+                    const std::filesystem::path trace = c.out / "profile_trace.json";
+                    xgrad::train::write_chrome_trace(report, trace);
+                    log << "trace (chrome://tracing, Perfetto): " << trace.string() << "\n\n";
+                }
+            };
         xgrad::train::trainer t(*model, *opt, loader, o);
         if (!c.resume.empty())
         {
@@ -236,6 +259,8 @@ namespace
             log << "data-parallel: " << ranks << " processes, " << c.batch_size << " images each per step ("
                 << xgrad::checked_mul(c.batch_size, world.size(), "--batch-size * processes") << " per step), "
                 << (c.sync_bn ? "synchronised" : "per-process") << " batch norm\n";
+        if (c.profile)
+            profiling.emplace();
         xgrad::train::fit_result r = t.fit();
         if (ddp && c.summary)
         {

@@ -3,10 +3,12 @@
 #include "xgrad/autograd.hpp"
 
 #include <deque>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/src/profiler/record.hpp"
 #include "detail.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -238,9 +240,36 @@ namespace xgrad
         return false;
     }
 
+    namespace
+    {
+        /// The profiler's bytes of an op: its defined inputs and outputs, numel * itemsize each;
+        /// 0 for a view (every output shares an input's storage: nothing was moved).
+        std::int64_t moved_bytes(const std::vector<tensor>& inputs, const std::vector<tensor>& outputs)
+        {
+            bool view = !outputs.empty();
+            for (const tensor& y : outputs)
+            {
+                bool shared = false;
+                for (const tensor& x : inputs)
+                    shared = shared || (x.defined() && y.defined() && x.impl()->m_storage == y.impl()->m_storage);
+                view = view && shared;
+            }
+            if (view)
+                return 0;
+            std::int64_t bytes = 0;
+            for (const std::vector<tensor>* ts : {&inputs, &outputs})
+                for (const tensor& t : *ts)
+                    if (t.defined())
+                        bytes += t.numel() * static_cast<std::int64_t>(itemsize(t.dtype()));
+            return bytes;
+        }
+    }
+
     void record(std::string name, const std::vector<tensor>& inputs, const std::vector<tensor>& outputs,
                 function_node::backward_type backward)
     {
+        if (profiler::enabled())
+            profiler::detail::note_bytes(moved_bytes(inputs, outputs));
         if (!any_requires_grad(inputs))
             return;
         auto n = std::make_shared<function_node>(std::move(name), std::move(backward));
@@ -397,7 +426,15 @@ namespace xgrad
                             grads[i] = zeros(m.m_shape, m.m_dtype, m.m_device);
                         }
 
-                    std::vector<tensor> input_grads = n->apply(grads);
+                    std::vector<tensor> input_grads;
+                    {
+                        // The profiler's row for this node's rule; what it runs counts as backward.
+                        const profiler::detail::backward_phase in_backward;
+                        std::optional<profiler::detail::timed> timing;
+                        if (profiler::enabled())
+                            timing.emplace(std::string(n->name()) + "_backward", profiler::kind::op);
+                        input_grads = n->apply(grads);
+                    }
                     if (!m_retain)
                         n->release_saved();
                     if (input_grads.size() != n->m_next_edges.size())

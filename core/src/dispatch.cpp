@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/errors.hpp"
 
 #ifdef XGRAD_WITH_CUDA
@@ -122,32 +123,48 @@ namespace xgrad::detail
     }
 #endif
 
+    namespace
+    {
+        const backend_kernels& real_backend_for(device dev);
+    }
+
     const backend_kernels& backend_for(device dev)
     {
-        // The CPU has two tables: the fast kernels, and their single-threaded reference twins.
-        // simd_level::scalar (a debugging switch, and the only level of an XGRAD_SIMD=scalar
-        // build) selects the reference table here, once, so no kernel branches on it.
-        if (dev.type == device_type::cpu)
-            return cpu::simd_level_in_use() == cpu::simd_level::scalar ? cpu::reference_kernels() : cpu::fast_kernels();
-        if (!cuda_is_built())
-            throw std::runtime_error("cannot use device " + to_string(dev) +
-                                     ": this build of xgrad has no CUDA support (configure with "
-                                     "-DXGRAD_USE_CUDA=ON where the CUDA toolkit is installed)");
+        // While the profiler records, every kernel call goes through a timing wrapper.
+        const backend_kernels& real = real_backend_for(dev);
+        return profiler::enabled() ? profiler::detail::profiled_table(real) : real;
+    }
+
+    namespace
+    {
+        const backend_kernels& real_backend_for(device dev)
+        {
+            // The CPU has two tables: the fast kernels, and their single-threaded reference twins.
+            // simd_level::scalar (a debugging switch, and the only level of an XGRAD_SIMD=scalar
+            // build) selects the reference table here, once, so no kernel branches on it.
+            if (dev.type == device_type::cpu)
+                return cpu::simd_level_in_use() == cpu::simd_level::scalar ? cpu::reference_kernels()
+                                                                           : cpu::fast_kernels();
+            if (!cuda_is_built())
+                throw std::runtime_error("cannot use device " + to_string(dev) +
+                                         ": this build of xgrad has no CUDA support (configure with "
+                                         "-DXGRAD_USE_CUDA=ON where the CUDA toolkit is installed)");
 #ifdef XGRAD_WITH_CUDA
-        const cuda::backend_interface& backend = cuda_backend(dev);
-        const int count = cuda_device_count();
-        if (count == 0)
-            throw std::runtime_error("cannot use device " + to_string(dev) +
-                                     ": no CUDA device is available (no GPU, or no NVIDIA driver loaded)");
-        if (dev.index >= count)
-            throw std::runtime_error("cannot use device " + to_string(dev) + ": " + std::to_string(count) +
-                                     " CUDA device(s) available");
-        // Kernels, allocations and copies act on the current device: make it dev's.
-        backend.set_device(dev.index);
-        return *backend.table;
+            const cuda::backend_interface& backend = cuda_backend(dev);
+            const int count = cuda_device_count();
+            if (count == 0)
+                throw std::runtime_error("cannot use device " + to_string(dev) +
+                                         ": no CUDA device is available (no GPU, or no NVIDIA driver loaded)");
+            if (dev.index >= count)
+                throw std::runtime_error("cannot use device " + to_string(dev) + ": " + std::to_string(count) +
+                                         " CUDA device(s) available");
+            // Kernels, allocations and copies act on the current device: make it dev's.
+            backend.set_device(dev.index);
+            return *backend.table;
 #else
-        return cpu::fast_kernels(); // not reached: cuda_is_built() is false here
+            return cpu::fast_kernels(); // not reached: cuda_is_built() is false here
 #endif
+        }
     }
 }
 

@@ -18,5 +18,6 @@
 #include "xgrad/ops/pool.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
+#include "xgrad/profiler.hpp"
 #include "xgrad/tensor.hpp"
 #include "xgrad/thread_pool.hpp"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../detail.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -15,6 +16,7 @@ namespace xgrad
 {
     tensor softplus(const tensor& x, double beta)
     {
+        XGRAD_PROFILE_OP("softplus");
         detail::check_floating(x, "softplus");
         if (!(beta > 0.0) || !std::isfinite(beta))
             throw xgrad::invalid_argument("softplus: beta must be positive and finite, got " + std::to_string(beta));
@@ -36,12 +38,14 @@ namespace xgrad
 
     tensor silu(const tensor& x)
     {
+        XGRAD_PROFILE_OP("silu");
         detail::check_floating(x, "silu");
         return mul(x, sigmoid(x));
     }
 
     tensor gelu(const tensor& x, const std::string& approximate)
     {
+        XGRAD_PROFILE_OP("gelu");
         detail::check_floating(x, "gelu");
         if (approximate == "none")
             return mul(mul(x, scalar_like(x, 0.5)),

@@ -19,6 +19,7 @@
 
 #include "../detail.hpp"
 #include "batch_norm_internal.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -112,6 +113,7 @@ namespace xgrad
                                                const tensor& mean, const tensor& variance,
                                                const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("fused_batch_norm");
         const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "FusedBatchNormV3");
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, false);
         record("fused_batch_norm", {x, scale, offset}, {out.y},
@@ -127,6 +129,7 @@ namespace xgrad
                                                     const tensor& mean, const tensor& variance,
                                                     const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("fused_batch_norm_relu");
         const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "fused_batch_norm_relu");
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
         // The backward needs y for ReLU's mask; saved without the output -> node -> output cycle.
@@ -193,6 +196,7 @@ namespace xgrad
     batch_norm_grad_sums batch_norm_grad_reduce(const tensor& y_backprop, const tensor& x,
                                                 const tensor& reserve_space_1, const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("batch_norm_grad_reduce");
         const bn_layout L = detail::check_bn_grad_args(y_backprop, x, {{"reserve_space_1", reserve_space_1}}, attrs,
                                                        batch_norm_grad_version::v3, "batch_norm_grad_reduce");
         return grad_reduce(L, y_backprop, x, reserve_space_1);
@@ -203,6 +207,7 @@ namespace xgrad
                                                  const batch_norm_grad_sums& sums, std::int64_t count,
                                                  const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("batch_norm_grad_apply");
         const char* op = "batch_norm_grad_apply";
         const bn_layout L = detail::check_bn_grad_args(y_backprop, x,
                                                        {{"scale", scale},
@@ -262,6 +267,7 @@ namespace xgrad
                                                  const tensor& reserve_space_3, const batch_norm_attrs& attrs,
                                                  batch_norm_grad_version version)
     {
+        XGRAD_PROFILE_OP("fused_batch_norm_grad");
         (void)reserve_space_3; // accepted with any shape and ignored (contract section 4)
         const char* op = version == batch_norm_grad_version::v2 ? "FusedBatchNormGradV2" : "FusedBatchNormGradV3";
         const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
@@ -282,6 +288,7 @@ namespace xgrad
                                                       const tensor& scale, const tensor& reserve_space_1,
                                                       const tensor& reserve_space_2, const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("fused_batch_norm_relu_grad");
         const char* op = "fused_batch_norm_relu_grad";
         const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
                                                   batch_norm_grad_version::v3, op);
@@ -309,6 +316,7 @@ namespace xgrad
                                                            const tensor& scale, const tensor& reserve_space_1,
                                                            const tensor& reserve_space_2, const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("fused_batch_norm_grad_grad");
         const char* op = "fused_batch_norm_grad_grad";
         const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
                                                   batch_norm_grad_version::v3, op);

@@ -3,6 +3,7 @@
 // kernels, and the second-order one is the fused second-order op's own gradient, so every
 // order stays differentiable. Computed in float32 for 16-bit inputs (results rounded back).
 #include "batch_norm_internal.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -18,6 +19,7 @@ namespace xgrad
                                                      const tensor& reserve_space_1, const tensor& reserve_space_2,
                                                      const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("batch_norm_grad_composite");
         const detail::bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
                                                           batch_norm_grad_version::v3, "batch_norm_grad_composite");
         const shape_type ch = L.channel_shape();
@@ -46,6 +48,7 @@ namespace xgrad
                                                                const tensor& reserve_space_2,
                                                                const batch_norm_attrs& attrs)
     {
+        XGRAD_PROFILE_OP("batch_norm_grad_grad_composite");
         const char* op = "batch_norm_grad_grad_composite";
         const detail::bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
                                                           batch_norm_grad_version::v3, op);

@@ -27,6 +27,7 @@
 
 #include "../detail.hpp"
 #include "conv_internal.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
@@ -267,6 +268,7 @@ namespace xgrad
 
     tensor unfold2d(const tensor& x, const window2d& w, std::string_view data_format, double pad_value)
     {
+        XGRAD_PROFILE_OP("unfold2d");
         const char* op = "unfold2d";
         const bool cl = detail::channels_last_format(data_format, op);
         detail::check_image(x, "x", op);
@@ -278,6 +280,7 @@ namespace xgrad
 
     tensor fold2d(const tensor& cols, const shape_type& input_shape, const window2d& w, std::string_view data_format)
     {
+        XGRAD_PROFILE_OP("fold2d");
         const char* op = "fold2d";
         const bool cl = detail::channels_last_format(data_format, op);
         if (!cols.defined())
@@ -305,6 +308,7 @@ namespace xgrad
     tensor conv2d(const tensor& x, const tensor& weight, const tensor& bias, const conv2d_params& p,
                   std::string_view data_format)
     {
+        XGRAD_PROFILE_OP("conv2d");
         const char* op = "conv2d";
         const bool cl = detail::channels_last_format(data_format, op);
         detail::check_image(x, "x", op);

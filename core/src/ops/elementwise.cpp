@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "../detail.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -90,6 +91,7 @@ namespace xgrad
 
     tensor add(const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("add");
         tensor y = binary_forward(a, b, binary_op::add, "add");
         record("add", {a, b}, {y}, [sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
             return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(g[0], sa) : none(),
@@ -100,6 +102,7 @@ namespace xgrad
 
     tensor sub(const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("sub");
         tensor y = binary_forward(a, b, binary_op::sub, "sub");
         record("sub", {a, b}, {y}, [sa = a.shape(), sb = b.shape()](function_node& self, const std::vector<tensor>& g) {
             return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(g[0], sa) : none(),
@@ -110,6 +113,7 @@ namespace xgrad
 
     tensor mul(const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("mul");
         tensor y = binary_forward(a, b, binary_op::mul, "mul");
         record("mul", {a, b}, {y}, [a, b](function_node& self, const std::vector<tensor>& g) {
             return std::vector<tensor>{self.needs_input_grad(0) ? sum_to(mul(g[0], b), a.shape()) : none(),
@@ -120,6 +124,7 @@ namespace xgrad
 
     tensor div(const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("div");
         tensor y = binary_forward(a, b, binary_op::div, "div");
         // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
         record("div", {a, b}, {y}, [a, b](function_node& self, const std::vector<tensor>& g) {
@@ -132,6 +137,7 @@ namespace xgrad
 
     tensor pow(const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("pow");
         tensor y = binary_forward(a, b, binary_op::pow, "pow");
         // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a. The limits where the formulas give
         // 0 * inf are taken explicitly: d/da is 0 where b = 0 (a^0 is constant, even at a = 0),
@@ -158,6 +164,7 @@ namespace xgrad
 
     tensor neg(const tensor& x)
     {
+        XGRAD_PROFILE_OP("neg");
         tensor y = unary_forward(x, unary_op::neg, "neg");
         record("neg", {x}, {y},
                [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{neg(g[0])}; });
@@ -166,6 +173,7 @@ namespace xgrad
 
     tensor exp(const tensor& x)
     {
+        XGRAD_PROFILE_OP("exp");
         tensor y = unary_forward(x, unary_op::exp, "exp");
         record("exp", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
             return std::vector<tensor>{mul(g[0], self.unpack(ys))};
@@ -175,6 +183,7 @@ namespace xgrad
 
     tensor log(const tensor& x)
     {
+        XGRAD_PROFILE_OP("log");
         tensor y = unary_forward(x, unary_op::log, "log");
         record("log", {x}, {y},
                [x](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{div(g[0], x)}; });
@@ -183,6 +192,7 @@ namespace xgrad
 
     tensor sqrt(const tensor& x)
     {
+        XGRAD_PROFILE_OP("sqrt");
         tensor y = unary_forward(x, unary_op::sqrt, "sqrt");
         // d sqrt(x)/dx = 1 / (2 sqrt(x))
         record("sqrt", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
@@ -193,6 +203,7 @@ namespace xgrad
 
     tensor rsqrt(const tensor& x)
     {
+        XGRAD_PROFILE_OP("rsqrt");
         tensor y = unary_forward(x, unary_op::rsqrt, "rsqrt");
         // d x^(-1/2)/dx = -1/2 x^(-3/2) = -1/2 y^3
         record("rsqrt", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
@@ -206,6 +217,7 @@ namespace xgrad
 
     tensor abs(const tensor& x)
     {
+        XGRAD_PROFILE_OP("abs");
         tensor y = unary_forward(x, unary_op::abs, "abs");
         record("abs", {x}, {y},
                [x](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{mul(g[0], sign(x))}; });
@@ -214,6 +226,7 @@ namespace xgrad
 
     tensor sign(const tensor& x)
     {
+        XGRAD_PROFILE_OP("sign");
         detail::check_floating(x, "sign");
         const tensor zero = scalar_like(x, 0.0);
         return sub(comparison(x, zero, binary_op::gt, "sign"), comparison(x, zero, binary_op::lt, "sign"));
@@ -221,6 +234,7 @@ namespace xgrad
 
     tensor relu(const tensor& x)
     {
+        XGRAD_PROFILE_OP("relu");
         tensor y = unary_forward(x, unary_op::relu, "relu");
         // The derivative is the step x > 0 (0 at x = 0, as in PyTorch).
         record("relu", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
@@ -231,6 +245,7 @@ namespace xgrad
 
     tensor sigmoid(const tensor& x)
     {
+        XGRAD_PROFILE_OP("sigmoid");
         tensor y = unary_forward(x, unary_op::sigmoid, "sigmoid");
         // sigmoid' = y (1 - y)
         record("sigmoid", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
@@ -242,6 +257,7 @@ namespace xgrad
 
     tensor tanh(const tensor& x)
     {
+        XGRAD_PROFILE_OP("tanh");
         tensor y = unary_forward(x, unary_op::tanh, "tanh");
         // tanh' = 1 - y^2
         record("tanh", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
@@ -253,6 +269,7 @@ namespace xgrad
 
     tensor log1p(const tensor& x)
     {
+        XGRAD_PROFILE_OP("log1p");
         tensor y = unary_forward(x, unary_op::log1p, "log1p");
         record("log1p", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
             return std::vector<tensor>{div(g[0], add(x, scalar_like(x, 1.0)))};
@@ -262,6 +279,7 @@ namespace xgrad
 
     tensor expm1(const tensor& x)
     {
+        XGRAD_PROFILE_OP("expm1");
         tensor y = unary_forward(x, unary_op::expm1, "expm1");
         // expm1' = e^x = y + 1
         record("expm1", {x}, {y}, [ys = save_output(y)](function_node& self, const std::vector<tensor>& g) {
@@ -273,6 +291,7 @@ namespace xgrad
 
     tensor erf(const tensor& x)
     {
+        XGRAD_PROFILE_OP("erf");
         tensor y = unary_forward(x, unary_op::erf, "erf");
         // erf' = 2 / sqrt(pi) e^(-x^2)
         record("erf", {x}, {y}, [x](function_node&, const std::vector<tensor>& g) {
@@ -283,6 +302,7 @@ namespace xgrad
 
     tensor clamp(const tensor& x, std::optional<double> min, std::optional<double> max)
     {
+        XGRAD_PROFILE_OP("clamp");
         detail::check_floating(x, "clamp");
         if (min && max && !(*min <= *max))
             throw xgrad::invalid_argument("clamp: min (" + std::to_string(*min) + ") must not exceed max (" +
@@ -299,6 +319,7 @@ namespace xgrad
 
     tensor where(const tensor& cond, const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("where");
         detail::check_floating(cond, "where (condition)");
         detail::check_floating(a, "where");
         detail::check_same(a, b, "where");

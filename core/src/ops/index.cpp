@@ -7,6 +7,7 @@
 
 #include "../detail.hpp"
 #include "../dispatch.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
@@ -41,6 +42,7 @@ namespace xgrad
 
     tensor take(const tensor& x, const tensor& idx)
     {
+        XGRAD_PROFILE_OP("take");
         check_args(idx, x, "take");
         const tensor xc = detail::raw_contiguous(x), ic = detail::raw_contiguous(idx);
         tensor out = detail::empty(idx.shape(), x.dtype(), x.device());
@@ -57,6 +59,7 @@ namespace xgrad
 
     tensor put_add(const tensor& g, const tensor& idx, const shape_type& shape)
     {
+        XGRAD_PROFILE_OP("put_add");
         check_args(idx, g, "put_add");
         if (g.shape() != idx.shape())
             throw xgrad::invalid_argument("put_add: g of shape " + shape_to_string(g.shape()) + " and idx of shape " +

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "../detail.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -16,6 +17,7 @@ namespace xgrad
 {
     tensor log_softmax(const tensor& x, std::int64_t dim)
     {
+        XGRAD_PROFILE_OP("log_softmax");
         detail::check_floating(x, "log_softmax");
         const std::int64_t d = detail::normalize_dim(dim, x.dim(), "log_softmax", x.shape());
         const tensor shifted = sub(x, max(x.detach(), {d}, true));
@@ -24,6 +26,7 @@ namespace xgrad
 
     tensor softmax(const tensor& x, std::int64_t dim)
     {
+        XGRAD_PROFILE_OP("softmax");
         detail::check_floating(x, "softmax");
         const std::int64_t d = detail::normalize_dim(dim, x.dim(), "softmax", x.shape());
         const tensor e = exp(sub(x, max(x.detach(), {d}, true)));
@@ -32,6 +35,7 @@ namespace xgrad
 
     tensor one_hot(const tensor& labels, std::int64_t classes, dtype dt)
     {
+        XGRAD_PROFILE_OP("one_hot");
         detail::check_defined(labels, "one_hot");
         if (labels.dtype() != dtype::int64)
             throw xgrad::invalid_argument("one_hot: labels must be int64, got " + std::string(name(labels.dtype())));
@@ -60,6 +64,7 @@ namespace xgrad
 
     tensor cross_entropy(const tensor& logits, const tensor& labels, reduction red, double label_smoothing)
     {
+        XGRAD_PROFILE_OP("cross_entropy");
         detail::check_floating(logits, "cross_entropy");
         detail::check_defined(labels, "cross_entropy");
         if (logits.dim() != 2)
@@ -92,6 +97,7 @@ namespace xgrad
 
     tensor mse_loss(const tensor& prediction, const tensor& target, reduction red)
     {
+        XGRAD_PROFILE_OP("mse_loss");
         detail::check_defined(prediction, "mse_loss");
         detail::check_defined(target, "mse_loss");
         if (prediction.shape() != target.shape())

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "../detail.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -144,6 +145,7 @@ namespace xgrad
 
     tensor matmul(const tensor& a, const tensor& b)
     {
+        XGRAD_PROFILE_OP("matmul");
         detail::check_floating(a, "matmul");
         detail::check_floating(b, "matmul");
         detail::check_same(a, b, "matmul");

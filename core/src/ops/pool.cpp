@@ -23,6 +23,7 @@
 #include "../detail.hpp"
 #include "../dispatch.hpp"
 #include "conv_internal.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/factories.hpp"
@@ -173,6 +174,7 @@ namespace xgrad
 
     tensor max_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
     {
+        XGRAD_PROFILE_OP("max_pool2d");
         const pool_setup s = check_pool(x, p, data_format, "max_pool2d");
         // Which element of each window is its maximum is a constant of the forward pass; the
         // pooled value is then a gather, take(x, idx), linear in x, whose gradient is the
@@ -197,6 +199,7 @@ namespace xgrad
 
     tensor avg_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
     {
+        XGRAD_PROFILE_OP("avg_pool2d");
         const pool_setup s = check_pool(x, p, data_format, "avg_pool2d");
         const tensor cols = unfold2d(x, s.window, data_format);
         // An empty result needs no divisor: inside_count would unfold a plane of ones as large
@@ -212,6 +215,7 @@ namespace xgrad
 
     tensor adaptive_avg_pool2d(const tensor& x, std::array<std::int64_t, 2> output_size, std::string_view data_format)
     {
+        XGRAD_PROFILE_OP("adaptive_avg_pool2d");
         const char* op = "adaptive_avg_pool2d";
         const bool cl = detail::channels_last_format(data_format, op);
         detail::check_image(x, "x", op);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../detail.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
@@ -97,6 +98,7 @@ namespace xgrad
 
     tensor sum(const tensor& x, const axes_type& axes, bool keepdim)
     {
+        XGRAD_PROFILE_OP("sum");
         detail::check_floating(x, "sum");
         const auto mask = reduced_mask(x, axes, "sum");
         tensor y = drop_reduced(reduce_forward(x, mask, kernels::reduce_op::sum), mask, keepdim);
@@ -109,6 +111,7 @@ namespace xgrad
 
     tensor mean(const tensor& x, const axes_type& axes, bool keepdim)
     {
+        XGRAD_PROFILE_OP("mean");
         detail::check_floating(x, "mean");
         const auto mask = reduced_mask(x, axes, "mean");
         // The number of reduced elements: at most numel() when none is empty, but an empty axis
@@ -125,6 +128,7 @@ namespace xgrad
 
     tensor max(const tensor& x, const axes_type& axes, bool keepdim)
     {
+        XGRAD_PROFILE_OP("max");
         detail::check_floating(x, "max");
         const auto mask = reduced_mask(x, axes, "max");
         for (std::size_t i = 0; i < mask.size(); ++i)
@@ -147,6 +151,7 @@ namespace xgrad
 
     tensor argmin(const tensor& x, std::int64_t dim, bool keepdim)
     {
+        XGRAD_PROFILE_OP("argmin");
         if (!x.defined())
             throw xgrad::invalid_argument("argmin: the input tensor is undefined");
         const std::int64_t d = detail::normalize_dim(dim, std::max<std::int64_t>(x.dim(), 1), "argmin", x.shape());
@@ -166,6 +171,7 @@ namespace xgrad
 
     tensor argmax(const tensor& x, std::int64_t dim, bool keepdim)
     {
+        XGRAD_PROFILE_OP("argmax");
         if (!x.defined())
             throw xgrad::invalid_argument("argmax: the input tensor is undefined");
         if (x.dim() == 0) // one element: index 0 (dim must be -1 or 0, as for a 1-d tensor)
@@ -197,6 +203,7 @@ namespace xgrad
 
     tensor sum_to(const tensor& x, const shape_type& shape)
     {
+        XGRAD_PROFILE_OP("sum_to");
         detail::check_defined(x, "sum_to");
         if (x.shape() == shape)
             return x;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../detail.hpp"
+#include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
@@ -77,6 +78,7 @@ namespace xgrad
 
     tensor reshape(const tensor& x, const shape_type& shape)
     {
+        XGRAD_PROFILE_OP("reshape");
         detail::check_defined(x, "reshape");
         const shape_type target = infer_shape(x, shape);
         const tensor src = detail::raw_contiguous(x);
@@ -89,6 +91,7 @@ namespace xgrad
 
     tensor permute(const tensor& x, const std::vector<std::int64_t>& dims)
     {
+        XGRAD_PROFILE_OP("permute");
         detail::check_defined(x, "permute");
         if (static_cast<std::int64_t>(dims.size()) != x.dim())
             throw xgrad::invalid_argument("permute: got " + std::to_string(dims.size()) +
@@ -115,6 +118,7 @@ namespace xgrad
 
     tensor transpose(const tensor& x, std::int64_t d0, std::int64_t d1)
     {
+        XGRAD_PROFILE_OP("transpose");
         detail::check_defined(x, "transpose");
         std::vector<std::int64_t> dims(static_cast<std::size_t>(x.dim()));
         for (std::size_t i = 0; i < dims.size(); ++i)
@@ -169,6 +173,7 @@ namespace xgrad
 
     tensor slice(const tensor& x, std::int64_t dim, std::int64_t start, std::int64_t stop, std::int64_t step)
     {
+        XGRAD_PROFILE_OP("slice");
         detail::check_defined(x, "slice");
         if (step < 0)
         {
@@ -197,6 +202,7 @@ namespace xgrad
 
     tensor flip(const tensor& x, const std::vector<std::int64_t>& dims)
     {
+        XGRAD_PROFILE_OP("flip");
         detail::check_defined(x, "flip");
         std::vector<bool> flipped(static_cast<std::size_t>(x.dim()), false);
         for (const std::int64_t dim : dims)
@@ -242,6 +248,7 @@ namespace xgrad
     tensor slice_backward(const tensor& g, const shape_type& shape, std::int64_t dim, std::int64_t start,
                           std::int64_t step)
     {
+        XGRAD_PROFILE_OP("slice_backward");
         detail::check_defined(g, "slice_backward");
         const auto d = static_cast<std::size_t>(
             detail::normalize_dim(dim, static_cast<std::int64_t>(shape.size()), "slice_backward", shape));
@@ -272,6 +279,7 @@ namespace xgrad
 
     tensor expand(const tensor& x, const shape_type& shape)
     {
+        XGRAD_PROFILE_OP("expand");
         detail::check_defined(x, "expand");
         if (shape.size() < static_cast<std::size_t>(x.dim()))
             throw xgrad::invalid_argument("expand: cannot expand shape " + shape_to_string(x.shape()) + " to " +
@@ -299,6 +307,7 @@ namespace xgrad
 
     tensor concat(const std::vector<tensor>& xs, std::int64_t dim)
     {
+        XGRAD_PROFILE_OP("concat");
         if (xs.empty())
             throw xgrad::invalid_argument("concat: no tensors given");
         const tensor& first = xs[0];
@@ -344,6 +353,7 @@ namespace xgrad
 
     tensor pad(const tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths, double value)
     {
+        XGRAD_PROFILE_OP("pad");
         detail::check_defined(x, "pad");
         if (static_cast<std::int64_t>(widths.size()) != x.dim())
             throw xgrad::invalid_argument("pad: got " + std::to_string(widths.size()) +
@@ -378,6 +388,7 @@ namespace xgrad
 
     tensor contiguous(const tensor& x)
     {
+        XGRAD_PROFILE_OP("contiguous");
         detail::check_defined(x, "contiguous");
         if (x.is_contiguous())
             return x;
@@ -389,6 +400,7 @@ namespace xgrad
 
     tensor cast(const tensor& x, dtype dt)
     {
+        XGRAD_PROFILE_OP("cast");
         detail::check_defined(x, "cast");
         if (x.dtype() == dt)
             return x;
@@ -402,6 +414,7 @@ namespace xgrad
 
     tensor to_device(const tensor& x, device dev)
     {
+        XGRAD_PROFILE_OP("to_device");
         detail::check_defined(x, "to_device");
         if (x.device() == dev)
             return x;

@@ -10,5 +10,6 @@
 #include "xgrad/train/checkpoints.hpp"
 #include "xgrad/train/evaluate.hpp"
 #include "xgrad/train/metrics.hpp"
+#include "xgrad/train/profile.hpp"
 #include "xgrad/train/progress.hpp"
 #include "xgrad/train/trainer.hpp"

@@ -329,3 +329,22 @@ TEST_CASE("examples: --resume with more --epochs extends a finished run")
     const std::string third = (dir / "out" / "checkpoint_epoch_3.safetensors").string();
     check_run(train({"--epochs", "2", "--resume", third}), 1, {"epochs: checkpoint 3, this run 2 (it may only grow)"});
 }
+
+TEST_CASE("examples: --profile prints the first epoch's table and writes its trace")
+{
+    scratch_folder dir;
+    write_set(dir / "data", "train", 8, 28, 28);
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const fs::path out = dir / "out";
+    const run_result r = run(XGRAD_TRAIN_FASHION_MNIST,
+                             {"--data-dir", (dir / "data").string(), "--epochs", "2", "--batch-size", "4", "--out",
+                              out.string(), "--threads", "1", "--profile"},
+                             dir.path);
+    check_run(r, 0,
+              {"profile of the first epoch", "name", "self ms", "conv2d", "kernel", "backward",
+               "trace (chrome://tracing, Perfetto): " + (out / "profile_trace.json").string()});
+    // Once, after the first epoch only.
+    CHECK(r.output.find("profile of the first epoch") == r.output.rfind("profile of the first epoch"));
+    CHECK(r.output.find("profile of the first epoch") < r.output.find("epoch 2/2: train loss"));
+    CHECK(fs::file_size(out / "profile_trace.json") > 100);
+}
