@@ -64,6 +64,14 @@ namespace xgrad::cpu
                 cols[static_cast<std::size_t>(ow)] = {j0, j1, (ow * d.sw - d.pw) * x_strides[3]};
             }
             const std::int64_t step_i = d.dh * x_strides[2], step_j = d.dw * x_strides[3];
+            // The common 2x2 window of the small CNNs, every tap inside the input (no padding
+            // reached, stride 2 or 1): four loads and three branch-free selections per
+            // output, with the same first-maximum and NaN rule as the general loop below.
+            bool two_by_two = d.kh == 2 && d.kw == 2;
+            for (const span& r : rows)
+                two_by_two = two_by_two && r.first == 0 && r.last == 2;
+            for (const span& q : cols)
+                two_by_two = two_by_two && q.first == 0 && q.last == 2;
             // One (n, c) plane per work item: each writes only its own outputs, so the result
             // does not depend on the thread count.
             const std::int64_t per_plane = std::max<std::int64_t>(1, d.oh * d.ow * d.kh * d.kw);
@@ -75,6 +83,33 @@ namespace xgrad::cpu
                                  const T* plane = xp + n * x_strides[0] + c * x_strides[1];
                                  const std::int64_t plane_offset = n * x_strides[0] + c * x_strides[1];
                                  std::int64_t* out = idx + n * idx_strides[0] + c * idx_strides[1];
+                                 if (two_by_two)
+                                 {
+                                     // Takes v when the best so far is a number and v is larger or
+                                     // NaN: the general loop's rule, written without branches.
+                                     const auto pick = [](S& best_v, std::int64_t& best, S v, std::int64_t at) {
+                                         const bool take = best_v == best_v && !(v <= best_v);
+                                         best_v = take ? v : best_v;
+                                         best = take ? at : best;
+                                     };
+                                     for (std::int64_t oh = 0; oh < d.oh; ++oh)
+                                     {
+                                         const std::int64_t r0 = rows[static_cast<std::size_t>(oh)].offset;
+                                         std::int64_t* out_row = out + oh * idx_strides[2];
+                                         for (std::int64_t ow = 0; ow < d.ow; ++ow)
+                                         {
+                                             const std::int64_t a = r0 + cols[static_cast<std::size_t>(ow)].offset;
+                                             const std::int64_t b = a + step_j, c0 = a + step_i, c1 = c0 + step_j;
+                                             std::int64_t best = a;
+                                             S best_v = detail::widen<S>(plane[a]);
+                                             pick(best_v, best, detail::widen<S>(plane[b]), b);
+                                             pick(best_v, best, detail::widen<S>(plane[c0]), c0);
+                                             pick(best_v, best, detail::widen<S>(plane[c1]), c1);
+                                             out_row[ow * idx_strides[3]] = plane_offset + best;
+                                         }
+                                     }
+                                     continue;
+                                 }
                                  for (std::int64_t oh = 0; oh < d.oh; ++oh)
                                  {
                                      const span r = rows[static_cast<std::size_t>(oh)];

@@ -69,8 +69,8 @@ namespace xgrad::profiler
         std::string name;
         profiler::kind kind = kind::op;
         profiler::phase phase = phase::forward;
-        int thread = 0;           // 0, 1, ...: threads in the order they first recorded
-        double start_us = 0.0;    // since the scope started
+        int thread = 0;        // 0, 1, ...: threads in the order they first recorded
+        double start_us = 0.0; // since the scope started
         double duration_us = 0.0;
     };
 

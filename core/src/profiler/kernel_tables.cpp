@@ -52,7 +52,7 @@ namespace xgrad::profiler::detail
         }
 
         const std::array<kernels::kernel_table, slot_count> g_profiled{make_table<0>(), make_table<1>(),
-                                                                         make_table<2>(), make_table<3>()};
+                                                                       make_table<2>(), make_table<3>()};
         std::mutex g_slots_mutex;
     }
 

@@ -128,8 +128,7 @@ namespace xgrad::profiler
                 return;
             frame f = std::move(t.stack.back());
             t.stack.pop_back();
-            const std::int64_t total =
-                std::chrono::duration_cast<std::chrono::nanoseconds>(stop - f.start).count();
+            const std::int64_t total = std::chrono::duration_cast<std::chrono::nanoseconds>(stop - f.start).count();
             if (!t.stack.empty())
                 t.stack.back().child_ns += total;
             recording& r = state();

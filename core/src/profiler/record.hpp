@@ -70,5 +70,5 @@ namespace xgrad::profiler::detail
 #define XGRAD_PROFILE_CONCAT(a, b) XGRAD_PROFILE_CONCAT2(a, b)
 /// Times the rest of the enclosing op body as op `name` (a string literal).
 #define XGRAD_PROFILE_OP(name)                                                                                         \
-    const ::xgrad::profiler::detail::timed XGRAD_PROFILE_CONCAT(xgrad_profiled_op_, __LINE__)(                         \
-        name, ::xgrad::profiler::kind::op)
+    const ::xgrad::profiler::detail::timed XGRAD_PROFILE_CONCAT(xgrad_profiled_op_,                                    \
+                                                                __LINE__)(name, ::xgrad::profiler::kind::op)
