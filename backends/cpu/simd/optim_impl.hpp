@@ -20,13 +20,17 @@ namespace xgrad::cpu::simd
         template <class Arch, class T>
         using batch = xsimd::batch<T, Arch>;
 
+        /// Lanes of a batch (a variable template, so that the lambdas below use it uncaptured).
+        template <class Arch, class T>
+        constexpr std::int64_t lanes = static_cast<std::int64_t>(batch<Arch, T>::size);
+
         /// n elements of a run, whole batches then one padded batch: f(i, load) where load(p)
         /// reads the batch of p at i (null p: zeros), then store(q, value) writes it (null q:
         /// nothing), both honouring the tail length.
         template <class Arch, class T, class F>
         void for_each_batch(std::int64_t n, F&& f) noexcept
         {
-            constexpr std::int64_t w = static_cast<std::int64_t>(batch<Arch, T>::size);
+            constexpr std::int64_t w = lanes<Arch, T>;
             std::int64_t i = 0;
             for (; i + w <= n; i += w)
                 f([i](const T* p) { return p ? batch<Arch, T>::load_unaligned(p + i) : batch<Arch, T>(T(0)); },
@@ -39,15 +43,15 @@ namespace xgrad::cpu::simd
                 const std::int64_t rem = n - i;
                 f(
                     [i, rem](const T* p) {
-                        alignas(64) T buf[w];
-                        for (std::int64_t j = 0; j < w; ++j)
+                        alignas(64) T buf[lanes<Arch, T>];
+                        for (std::int64_t j = 0; j < lanes<Arch, T>; ++j)
                             buf[j] = p ? (j < rem ? p[i + j] : T(1)) : T(0);
                         return batch<Arch, T>::load_aligned(buf);
                     },
                     [i, rem](T* q, const batch<Arch, T>& v) {
                         if (!q)
                             return;
-                        alignas(64) T buf[w];
+                        alignas(64) T buf[lanes<Arch, T>];
                         v.store_aligned(buf);
                         for (std::int64_t j = 0; j < rem; ++j)
                             q[i + j] = buf[j];
