@@ -91,6 +91,19 @@ namespace xgrad::profiler
         /// The generation a new frame belongs to: read without the lock (a frame of a scope that
         /// ends meanwhile is dropped when it closes).
         std::atomic<std::uint64_t> g_generation{0};
+
+        /// A new generation with empty tables, its wall time from now; r.mutex held. Frames
+        /// open now belong to the old generation and are dropped when they close.
+        void restart(recording& r)
+        {
+            ++r.generation;
+            g_generation.store(r.generation, std::memory_order_release);
+            r.start = clock_type::now();
+            r.rows.clear();
+            r.events.clear();
+            r.dropped = 0;
+            r.next_thread = 0;
+        }
     }
 
     const char* name(kind k) noexcept { return k == kind::op ? "op" : "kernel"; }
@@ -195,14 +208,8 @@ namespace xgrad::profiler
         if (r.live)
             throw std::logic_error("profiler::scope: a scope is already recording (one at a time)");
         r.live = true;
-        ++r.generation;
-        r.start = clock_type::now();
         r.max_events = max_events;
-        r.rows.clear();
-        r.events.clear();
-        r.dropped = 0;
-        r.next_thread = 0;
-        g_generation.store(r.generation, std::memory_order_release);
+        restart(r);
         detail::g_enabled.store(true, std::memory_order_release);
     }
 
@@ -221,14 +228,7 @@ namespace xgrad::profiler
     {
         recording& r = state();
         std::lock_guard<std::mutex> lock(r.mutex);
-        // A new generation: frames open now belong to the old one and are dropped.
-        ++r.generation;
-        g_generation.store(r.generation, std::memory_order_release);
-        r.start = clock_type::now();
-        r.rows.clear();
-        r.events.clear();
-        r.dropped = 0;
-        r.next_thread = 0;
+        restart(r);
     }
 
     report scope::report() const

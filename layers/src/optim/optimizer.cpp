@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -175,11 +176,10 @@ namespace xgrad::optim
         try
         {
             no_grad guard;
-            bool all_fused = false;
+            std::optional<std::vector<pending_update>> fused;
             if (m_fused)
-                updates = fused_updates(work, all_fused);
-            if (!all_fused)
-                updates = composite_updates(work);
+                fused = fused_updates(work);
+            updates = fused ? std::move(*fused) : composite_updates(work);
         }
         catch (...)
         {
@@ -208,8 +208,8 @@ namespace xgrad::optim
         }
     }
 
-    std::vector<optimizer::pending_update>
-    optimizer::fused_updates(const std::vector<std::pair<std::string, tensor>>& work, bool& all_fused)
+    std::optional<std::vector<optimizer::pending_update>>
+    optimizer::fused_updates(const std::vector<std::pair<std::string, tensor>>& work)
     {
         struct job
         {
@@ -253,15 +253,13 @@ namespace xgrad::optim
                 if (!updates.empty())
                     throw std::logic_error(std::string(type_name()) +
                                            ": fused_update ran for some parameters and not for " + quoted(j.name));
-                all_fused = false;
-                return {};
+                return std::nullopt;
             }
             buffers_type buffers;
             for (std::size_t k = 0; k < names.size(); ++k)
                 buffers.emplace(names[k], j.buffers_out[k]);
             updates.push_back({j.name, j.param_out, std::move(buffers)});
         }
-        all_fused = true;
         return updates;
     }
 
@@ -504,8 +502,7 @@ namespace xgrad::optim
         return m_options.momentum != 0.0 ? buffer_names() : std::vector<std::string>{};
     }
 
-    bool sgd::fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
-                           const tensor& grad, const std::vector<tensor>& buffers, const hyper& h)
+    kernels::sgd_step_coefficients sgd::coefficients(const hyper& h) const
     {
         const sgd_options& o = m_options;
         kernels::sgd_step_coefficients c;
@@ -514,7 +511,14 @@ namespace xgrad::optim
         c.momentum = o.momentum;
         c.dampening = o.dampening;
         c.nesterov = o.nesterov;
-        const bool momentum = o.momentum != 0.0;
+        return c;
+    }
+
+    bool sgd::fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                           const tensor& grad, const std::vector<tensor>& buffers, const hyper& h)
+    {
+        const kernels::sgd_step_coefficients c = coefficients(h);
+        const bool momentum = c.momentum != 0.0;
         detail::backend_for(param.device())
             .sgd_step(param_out.data_ptr(), momentum ? buffers_out[0].data_ptr() : nullptr, param.data_ptr(),
                       grad.data_ptr(), momentum && !buffers.empty() ? buffers[0].data_ptr() : nullptr, param.dtype(),
@@ -526,7 +530,7 @@ namespace xgrad::optim
                        const hyper& h)
     {
         const sgd_options& o = m_options;
-        const double weight_decay = h.weight_decay.value_or(o.weight_decay);
+        const double weight_decay = coefficients(h).weight_decay;
         tensor d = weight_decay != 0.0 ? g + p * weight_decay : g;
         if (o.momentum != 0.0)
         {
@@ -552,8 +556,7 @@ namespace xgrad::optim
 
     std::vector<std::string> adam::buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
 
-    bool adam::fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
-                            const tensor& grad, const std::vector<tensor>& buffers, const hyper& h)
+    kernels::adam_step_coefficients adam::coefficients(const hyper& h) const
     {
         const adam_options& o = m_options;
         const double t = static_cast<double>(step_count());
@@ -566,6 +569,13 @@ namespace xgrad::optim
         c.decoupled = m_decoupled;
         c.bias_correction1 = 1.0 - std::pow(o.beta1, t);
         c.bias_correction2 = 1.0 - std::pow(o.beta2, t);
+        return c;
+    }
+
+    bool adam::fused_update(const tensor& param_out, const std::vector<tensor>& buffers_out, const tensor& param,
+                            const tensor& grad, const std::vector<tensor>& buffers, const hyper& h)
+    {
+        const kernels::adam_step_coefficients c = coefficients(h);
         const bool first = buffers.empty();
         detail::backend_for(param.device())
             .adam_step(param_out.data_ptr(), buffers_out[0].data_ptr(), buffers_out[1].data_ptr(), param.data_ptr(),
@@ -577,31 +587,29 @@ namespace xgrad::optim
     tensor adam::update(const std::string&, const tensor& p, const tensor& g, std::map<std::string, tensor>& state,
                         const hyper& h)
     {
-        const adam_options& o = m_options;
-        const double t = static_cast<double>(step_count());
-        const double weight_decay = h.weight_decay.value_or(o.weight_decay);
+        // The hyperparameters and bias corrections the fused kernel gets, applied with ops.
+        const kernels::adam_step_coefficients c = coefficients(h);
         tensor base = p, grad = g;
-        if (weight_decay != 0.0)
+        if (c.weight_decay != 0.0)
         {
-            if (m_decoupled)
-                base = p * (1.0 - h.lr * weight_decay);
+            if (c.decoupled)
+                base = p * (1.0 - c.lr * c.weight_decay);
             else
-                grad = g + p * weight_decay;
+                grad = g + p * c.weight_decay;
         }
         // The buffers start at zero: b m + (1 - b) g is then exactly (1 - b) g, so the first
         // step skips the multiplication by zero.
         tensor& m = state["exp_avg"];
         tensor& v = state["exp_avg_sq"];
-        const tensor scaled = grad * (1.0 - o.beta1);
-        m = m.defined() ? m * o.beta1 + scaled : scaled;
-        const tensor scaled_sq = grad * grad * (1.0 - o.beta2);
-        v = v.defined() ? v * o.beta2 + scaled_sq : scaled_sq;
+        const tensor scaled = grad * (1.0 - c.beta1);
+        m = m.defined() ? m * c.beta1 + scaled : scaled;
+        const tensor scaled_sq = grad * grad * (1.0 - c.beta2);
+        v = v.defined() ? v * c.beta2 + scaled_sq : scaled_sq;
 
         // lr (m / c1) / (sqrt(v / c2) + eps) with the bias corrections c1, c2 folded into
         // scalars: sqrt(v / c2) = sqrt(v) / sqrt(c2).
-        const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);
-        const tensor denom = sqrt(v) * (1.0 / std::sqrt(c2)) + o.eps;
-        return base - m / denom * (h.lr / c1);
+        const tensor denom = sqrt(v) * (1.0 / std::sqrt(c.bias_correction2)) + c.eps;
+        return base - m / denom * (c.lr / c.bias_correction1);
     }
 
     // --- factories ----------------------------------------------------------------------------

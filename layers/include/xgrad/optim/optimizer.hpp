@@ -56,6 +56,13 @@
 #include "xgrad/layers/module.hpp"
 #include "xgrad/tensor.hpp"
 
+namespace xgrad::kernels
+{
+    // The fused kernels' hyperparameters (backends/common/optimizer_math.hpp, not installed).
+    struct sgd_step_coefficients;
+    struct adam_step_coefficients;
+}
+
 namespace xgrad::optim
 {
     /// Hyperparameters for some of the parameters (PyTorch's parameter groups): the
@@ -174,8 +181,9 @@ namespace xgrad::optim
         /// The two ways of computing a step's updates, (name, parameter) pairs with gradients.
         struct pending_update;
         std::vector<pending_update> composite_updates(const std::vector<std::pair<std::string, tensor>>& work);
-        std::vector<pending_update> fused_updates(const std::vector<std::pair<std::string, tensor>>& work,
-                                                  bool& all_fused);
+        /// nullopt when this optimizer has no fused kernel (fused_update returned false).
+        std::optional<std::vector<pending_update>>
+        fused_updates(const std::vector<std::pair<std::string, tensor>>& work);
 
         bool m_fused = true;
         nn::module* m_model;
@@ -225,6 +233,9 @@ namespace xgrad::optim
                           const tensor& grad, const std::vector<tensor>& buffers, const hyper& h) override;
 
     private:
+        /// The rule's hyperparameters for one parameter, as both the composite rule and the
+        /// fused kernel read them.
+        kernels::sgd_step_coefficients coefficients(const hyper& h) const;
         sgd_options m_options;
     };
 
@@ -259,6 +270,9 @@ namespace xgrad::optim
                           const tensor& grad, const std::vector<tensor>& buffers, const hyper& h) override;
 
     private:
+        /// The rule's hyperparameters and bias corrections for one parameter at the current
+        /// step, as both the composite rule and the fused kernel read them.
+        kernels::adam_step_coefficients coefficients(const hyper& h) const;
         adam_options m_options;
         bool m_decoupled;
     };
