@@ -33,17 +33,23 @@
 // against xgrad::batch_norm_grad_grad_composite at op level (allocations included), training
 // mode, under no_grad, 2 threads.
 //
+// --simd=<scalar|sse2|avx2_fma|avx512> (this program's own flag, before Google Benchmark's) caps
+// xgrad's SIMD level for the whole run, to compare instruction sets; the level in use is in the
+// context as xgrad_simd.
+//
 // bench/run runs it and prints one summary line per case; only ratios measured in the same run
 // are meaningful on a shared machine.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/simd/level.hpp"
 #include "bench/bn_bench.hpp"
 #include "xgrad/thread_pool.hpp"
 #include "xgrad/xgrad.hpp"
@@ -196,6 +202,7 @@ namespace
         benchmark::AddCustomContext("onednn", "none (not found at configure time)");
 #endif
         benchmark::AddCustomContext("llc_bytes", std::to_string(llc_bytes()));
+        benchmark::AddCustomContext("xgrad_simd", cpu::simd_level_name(cpu::simd_level_in_use()));
         // Ordered so that a workspace (element count, dtype) is filled once: shapes 0-1 and 2-3
         // have the same element count, and float32 precedes bfloat16 of the same shapes.
         for (int group = 0; group < 2; ++group)
@@ -239,6 +246,31 @@ namespace
 
 int main(int argc, char** argv)
 {
+    // --simd=<level>: taken out of argv before Google Benchmark sees it.
+    int kept = 1;
+    for (int i = 1; i < argc; ++i)
+    {
+        if (std::strncmp(argv[i], "--simd=", 7) != 0)
+        {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        bool known = false;
+        for (auto level : {xgrad::cpu::simd_level::scalar, xgrad::cpu::simd_level::sse2,
+                           xgrad::cpu::simd_level::avx2_fma, xgrad::cpu::simd_level::avx512})
+            if (std::strcmp(argv[i] + 7, xgrad::cpu::simd_level_name(level)) == 0)
+            {
+                xgrad::cpu::limit_simd_level(level);
+                known = true;
+            }
+        if (!known)
+        {
+            std::fprintf(stderr, "bn_bench: unknown --simd level '%s' (scalar, sse2, avx2_fma or avx512)\n",
+                         argv[i] + 7);
+            return 1;
+        }
+    }
+    argc = kept;
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv))
         return 1;

@@ -103,8 +103,15 @@ namespace
     const kernels::kernel_table& with_level(benchmark::State& state)
     {
         cpu::limit_simd_level(static_cast<cpu::simd_level>(state.range(0)));
-        state.SetLabel(state.range(0) == 0 ? "scalar reference" : state.range(0) == 1 ? "sse2" : "avx2+fma");
+        state.SetLabel(cpu::simd_level_name(cpu::simd_level_in_use()));
         return cpu::simd_level_in_use() == cpu::simd_level::scalar ? cpu::reference_kernels() : cpu::fast_kernels();
+    }
+
+    /// One argument per SIMD level this processor has (0 = scalar .. simd_supported()).
+    void simd_levels(benchmark::internal::Benchmark* b)
+    {
+        for (int level = 0; level <= static_cast<int>(cpu::simd_supported()); ++level)
+            b->Arg(level);
     }
 
     const std::int64_t shape[1] = {n};
@@ -196,7 +203,7 @@ namespace
     /// One AdamW step (range 0: composite rule, 1: fused kernel) at the best SIMD level.
     void optim_adamw_step(benchmark::State& state)
     {
-        cpu::limit_simd_level(cpu::simd_level::avx2_fma);
+        cpu::limit_simd_level(cpu::simd_level_max);
         state.SetLabel(state.range(0) == 1 ? "fused" : "composite");
         one_parameter model;
         model.parameter("w").set_grad(full({n}, 0.5, dtype::float32));
@@ -212,10 +219,10 @@ namespace
 BENCHMARK(probe_copy)->UseRealTime();
 BENCHMARK(probe_triad)->UseRealTime();
 BENCHMARK(probe_read)->UseRealTime();
-BENCHMARK(xgrad_add)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK(xgrad_exp)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK(xgrad_sum)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK(xgrad_sum_rows)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
-BENCHMARK(xgrad_adam_step)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(xgrad_add)->Apply(simd_levels)->UseRealTime();
+BENCHMARK(xgrad_exp)->Apply(simd_levels)->UseRealTime();
+BENCHMARK(xgrad_sum)->Apply(simd_levels)->UseRealTime();
+BENCHMARK(xgrad_sum_rows)->Apply(simd_levels)->UseRealTime();
+BENCHMARK(xgrad_adam_step)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(optim_adamw_step)->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK_MAIN();

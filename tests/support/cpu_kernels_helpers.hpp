@@ -61,7 +61,7 @@ namespace cpu_kernels_test
         int threads = xgrad::get_num_threads();
         ~settings_guard()
         {
-            cpu::limit_simd_level(cpu::simd_level::avx2_fma);
+            cpu::limit_simd_level(cpu::simd_level_max);
             xgrad::set_num_threads(threads);
         }
     };
@@ -74,21 +74,14 @@ namespace cpu_kernels_test
             levels.push_back(cpu::simd_level::sse2);
         if (cpu::simd_supported() >= cpu::simd_level::avx2_fma)
             levels.push_back(cpu::simd_level::avx2_fma);
+        if (cpu::simd_supported() >= cpu::simd_level::avx512)
+            levels.push_back(cpu::simd_level::avx512);
         if (levels.empty()) // XGRAD_SIMD=scalar build: the kernels are the reference ones
             levels.push_back(cpu::simd_level::scalar);
         return levels;
     }
 
-    inline std::string level_name(cpu::simd_level level)
-    {
-        switch (level)
-        {
-        case cpu::simd_level::scalar: return "scalar";
-        case cpu::simd_level::sse2: return "sse2";
-        case cpu::simd_level::avx2_fma: return "avx2_fma";
-        }
-        return "?";
-    }
+    inline std::string level_name(cpu::simd_level level) { return cpu::simd_level_name(level); }
 
     inline std::string str(const shape_t& v)
     {

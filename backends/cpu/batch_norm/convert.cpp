@@ -1,15 +1,16 @@
 // The float16 conversion of the fast batch-norm kernels (declared in convert.hpp):
 // float16 rows widened to float before the SIMD functors read them, and float results rounded
 // back once. Kept out of kernels.cpp so the F16C calls live with the one concern that uses
-// them. Built with the default flags; the F16C path calls simd::f16_to_f32_f16c /
-// f32_to_f16_f16c of ../simd/avx2.cpp only when use_f16c() (the caller's flag) is true, else
+// them. Built with the default flags; the hardware path (detail::f16_to_f32_hw /
+// f32_to_f16_hw: F16C, or AVX-512 at that level) runs only when use_f16c() (the caller's flag)
+// is true, else
 // backends/common/convert.hpp's scalar conversions. (bfloat16 is converted in registers by the SIMD
 // functors themselves, simd_impl.hpp.)
 #include <cstdint>
 
 #include "backends/common/convert.hpp"
 #include "backends/cpu/batch_norm/convert.hpp"
-#include "backends/cpu/simd/kernels.hpp"
+#include "backends/cpu/dispatch.hpp"
 
 namespace xgrad::cpu::bn_detail
 {
@@ -19,7 +20,7 @@ namespace xgrad::cpu::bn_detail
         void widen_run(float* d, const float16_t* s, std::int64_t n, bool f16c)
         {
             if (f16c)
-                return simd::f16_to_f32_f16c(d, reinterpret_cast<const std::uint16_t*>(s), n);
+                return cpu::detail::f16_to_f32_hw(d, reinterpret_cast<const std::uint16_t*>(s), n);
             for (std::int64_t j = 0; j < n; ++j)
                 d[j] = detail::widen<float>(s[j]);
         }
@@ -28,7 +29,7 @@ namespace xgrad::cpu::bn_detail
         void narrow_run(float16_t* d, const float* s, std::int64_t n, bool f16c)
         {
             if (f16c)
-                return simd::f32_to_f16_f16c(reinterpret_cast<std::uint16_t*>(d), s, n);
+                return cpu::detail::f32_to_f16_hw(reinterpret_cast<std::uint16_t*>(d), s, n);
             for (std::int64_t j = 0; j < n; ++j)
                 d[j] = detail::convert<float16_t>(s[j]);
         }

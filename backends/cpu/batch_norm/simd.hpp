@@ -2,7 +2,8 @@
 // Internal to the CPU backend: the SIMD inner loops of the fast batch-norm kernels
 // (kernels.cpp), as xsimd functors, following the pattern of simd/kernels.hpp: the bodies
 // are written once (simd_impl.hpp) and compiled once per instruction set, in
-// ../simd/sse2.cpp (the x86-64 baseline) and ../simd/avx2.cpp (-mavx2 -mfma -mf16c).
+// ../simd/sse2.cpp (the x86-64 baseline), ../simd/avx2.cpp (-mavx2 -mfma -mf16c) and
+// ../simd/avx512.cpp (AVX-512 F/CD/BW/DQ/VL).
 // kernels.cpp sees only these declarations and the `extern template` lines below and picks
 // an instantiation at run time with detail::simd_call (dispatch.hpp).
 //
@@ -26,8 +27,8 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "backends/cpu/simd/kernels.hpp" // simd::archs
-#include "xgrad/half.hpp"                // bfloat16_t
+#include "backends/cpu/simd/kernels.hpp"
+#include "xgrad/half.hpp" // bfloat16_t
 
 namespace xgrad::cpu::simd
 {
@@ -164,3 +165,4 @@ namespace xgrad::cpu::simd
 
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
+XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::avx512bw)

@@ -1,6 +1,6 @@
 #pragma once
 // Bodies of the batch-norm SIMD functors declared in simd.hpp. Included ONLY by the
-// per-instruction-set translation units (../simd/sse2.cpp, ../simd/avx2.cpp), each
+// per-instruction-set translation units (../simd/sse2.cpp, avx2.cpp, avx512.cpp), each
 // compiled with its own flags and explicitly instantiating the functors for its one
 // architecture.
 //
@@ -48,12 +48,29 @@ namespace xgrad::cpu::simd
             }
         };
 
+        /// Whether Arch is an AVX-512 one: tails are then masked loads and stores (no scalar
+        /// loop, no buffer), and bfloat16 is converted 16 lanes at a time.
+        template <class Arch>
+        constexpr bool is_avx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
+
+        /// The mask of the first rem lanes (rem < 16). A template on the architecture, like
+        /// every helper here, so no translation unit can hand its copy to another.
+        template <class Arch>
+        constexpr unsigned first_lanes(std::int64_t rem) noexcept
+        {
+            return (1u << rem) - 1u;
+        }
+
         /// A full batch at p, or (Tail) the first rem < lanes elements padded with 0.
         template <class Arch, class T, bool Tail>
         batch<Arch, T> load(const T* p, std::int64_t rem) noexcept
         {
             if constexpr (!Tail)
                 return batch<Arch, T>::load_unaligned(p);
+            else if constexpr (is_avx512<Arch> && std::is_same_v<T, float>)
+                return batch<Arch, T>(_mm512_maskz_loadu_ps(static_cast<__mmask16>(first_lanes<Arch>(rem)), p));
+            else if constexpr (is_avx512<Arch>)
+                return batch<Arch, T>(_mm512_maskz_loadu_pd(static_cast<__mmask8>(first_lanes<Arch>(rem)), p));
             else
             {
                 alignas(64) T buf[lanes<Arch, T>];
@@ -68,6 +85,10 @@ namespace xgrad::cpu::simd
         {
             if constexpr (!Tail)
                 v.store_unaligned(p);
+            else if constexpr (is_avx512<Arch> && std::is_same_v<T, float>)
+                _mm512_mask_storeu_ps(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), v);
+            else if constexpr (is_avx512<Arch>)
+                _mm512_mask_storeu_pd(p, static_cast<__mmask8>(first_lanes<Arch>(rem)), v);
             else
             {
                 alignas(64) T buf[lanes<Arch, T>];
@@ -90,22 +111,31 @@ namespace xgrad::cpu::simd
             {
                 static_assert(std::is_same_v<T, float> && sizeof(IO) == 2, "bfloat16 tensors with float arithmetic");
                 constexpr std::int64_t w = lanes<Arch, T>;
-                const void* u = p;
-                alignas(64) std::uint16_t buf[8] = {};
-                if constexpr (Tail)
+                if constexpr (is_avx512<Arch>)
                 {
-                    __builtin_memcpy(buf, p, static_cast<unsigned long>(rem) * sizeof(IO));
-                    u = buf;
-                }
-                if constexpr (w == 8)
-                {
-                    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-                    return batch<Arch, T>(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+                    const __m256i h = Tail ? _mm256_maskz_loadu_epi16(static_cast<__mmask16>(first_lanes<Arch>(rem)), p)
+                                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+                    return batch<Arch, T>(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
                 }
                 else
                 {
-                    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(u));
-                    return batch<Arch, T>(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
+                    const void* u = p;
+                    alignas(64) std::uint16_t buf[8] = {};
+                    if constexpr (Tail)
+                    {
+                        __builtin_memcpy(buf, p, static_cast<unsigned long>(rem) * sizeof(IO));
+                        u = buf;
+                    }
+                    if constexpr (w == 8)
+                    {
+                        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+                        return batch<Arch, T>(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+                    }
+                    else
+                    {
+                        const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(u));
+                        return batch<Arch, T>(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
+                    }
                 }
             }
         }
@@ -115,6 +145,23 @@ namespace xgrad::cpu::simd
         {
             if constexpr (std::is_same_v<IO, T>)
                 store<Arch, T, Tail>(p, v, rem);
+            else if constexpr (is_avx512<Arch>)
+            {
+                const __m512i x = _mm512_castps_si512(v);
+                const __m512i hi = _mm512_srli_epi32(x, 16);
+                const __m512i rounded =
+                    _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
+                                                       _mm512_and_si512(hi, _mm512_set1_epi32(1))),
+                                      16);
+                const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                              _mm512_set1_epi32(0x7f800000));
+                const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+                const __m256i packed = _mm512_cvtepi32_epi16(r); // every lane fits in 16 bits
+                if constexpr (Tail)
+                    _mm256_mask_storeu_epi16(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), packed);
+                else
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+            }
             else
             {
                 constexpr std::int64_t w = lanes<Arch, T>;
@@ -163,7 +210,11 @@ namespace xgrad::cpu::simd
             constexpr std::size_t bytes = sizeof(T) * static_cast<std::size_t>(lanes<Arch, T>);
             if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
                 return v.store_unaligned(p);
-            if constexpr (bytes == 32 && std::is_same_v<T, float>)
+            if constexpr (bytes == 64 && std::is_same_v<T, float>)
+                _mm512_stream_ps(p, v);
+            else if constexpr (bytes == 64)
+                _mm512_stream_pd(p, v);
+            else if constexpr (bytes == 32 && std::is_same_v<T, float>)
                 _mm256_stream_ps(p, v);
             else if constexpr (bytes == 32)
                 _mm256_stream_pd(p, v);

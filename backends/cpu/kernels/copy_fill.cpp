@@ -45,12 +45,12 @@ namespace xgrad::cpu
                         else if constexpr (std::is_same_v<O, float16_t> && std::is_same_v<X, float>)
                         {
                             if (f16c)
-                                return simd::f32_to_f16_f16c(reinterpret_cast<std::uint16_t*>(o), in, n);
+                                return detail::f32_to_f16_hw(reinterpret_cast<std::uint16_t*>(o), in, n);
                         }
                         else if constexpr (std::is_same_v<O, float> && std::is_same_v<X, float16_t>)
                         {
                             if (f16c)
-                                return simd::f16_to_f32_f16c(o, reinterpret_cast<const std::uint16_t*>(in), n);
+                                return detail::f16_to_f32_hw(o, reinterpret_cast<const std::uint16_t*>(in), n);
                         }
                         if constexpr (!std::is_same_v<O, X>)
                             for (std::int64_t j = 0; j < n; ++j)

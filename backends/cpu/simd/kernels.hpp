@@ -3,12 +3,13 @@
 //
 // Each functor body is written once (simd/kernels_impl.hpp) and compiled once per instruction
 // set, in its own translation unit with that instruction set's compiler flags
-// (simd/sse2.cpp: the x86-64 baseline; simd/avx2.cpp: -mavx2 -mfma -mf16c). The fast
-// kernels (kernels/elementwise.cpp, reduce.cpp, copy_fill.cpp) see only these declarations and the
+// (simd/sse2.cpp: the x86-64 baseline; simd/avx2.cpp: -mavx2 -mfma -mf16c; simd/avx512.cpp:
+// the same plus -mavx512f -mavx512cd -mavx512bw -mavx512dq -mavx512vl). The fast kernels
+// (kernels/elementwise.cpp, reduce.cpp, copy_fill.cpp) see only these declarations and the
 // `extern template` lines below, so they instantiate no SIMD code themselves; they pick the
-// instantiation at run time with xsimd::dispatch<archs> (simd_call, dispatch.hpp). This is
-// xsimd's documented pattern for run-time dispatch, and it keeps AVX2 instructions out of every
-// code path a pre-AVX2 processor can reach.
+// instantiation at run time (simd_call, dispatch.hpp). This is xsimd's documented pattern for
+// run-time dispatch, and it keeps AVX2 and AVX-512 instructions out of every code path a
+// processor without them can reach.
 //
 // The functors work on one contiguous run: the output is contiguous, every input is either
 // contiguous (stride 1) or a broadcast scalar (stride 0). The fast kernels do the N-d walking
@@ -22,9 +23,6 @@
 
 namespace xgrad::cpu::simd
 {
-    /// The compiled instruction sets, best first (the order xsimd::dispatch tries them in).
-    using archs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse2>;
-
     /// out[i] = op(x[i * x_stride]) for i < n; x_stride is 0 or 1.
     struct unary_fn
     {
@@ -97,6 +95,10 @@ namespace xgrad::cpu::simd
     /// compiled in simd/avx2.cpp only: call them only when the processor has AVX2 and F16C.
     void f32_to_f16_f16c(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
     void f16_to_f32_f16c(float* out, const std::uint16_t* x, std::int64_t n) noexcept;
+    /// The same, 16 lanes at a time with masked tails; compiled in simd/avx512.cpp only: call
+    /// them only at simd_level::avx512.
+    void f32_to_f16_avx512(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
+    void f16_to_f32_avx512(float* out, const std::uint16_t* x, std::int64_t n) noexcept;
 }
 
 // One line per functor, element type and instruction set; `EXTERN` is `extern` for the
@@ -122,9 +124,10 @@ namespace xgrad::cpu::simd
 
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
+XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::avx512bw)
 
 // The optimizer functors, instantiated in translation units of their own (simd/optim_sse2.cpp,
-// simd/optim_avx2.cpp), built with -ffp-contract=off so that no product and sum fuse into an
+// simd/optim_avx2.cpp, simd/optim_avx512.cpp), built with -ffp-contract=off so that no product and sum fuse into an
 // fma: their bits must be the reference kernels' (backends/common/optimizer_math.hpp).
 #define XGRAD_CPU_OPTIM_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, T)                                                         \
     EXTERN template void xgrad::cpu::simd::sgd_step_fn::operator()<ARCH, T>(                                           \
@@ -140,3 +143,4 @@ XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
 
 XGRAD_CPU_OPTIM_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_OPTIM_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
+XGRAD_CPU_OPTIM_SIMD_INSTANTIATE(extern, xsimd::avx512bw)

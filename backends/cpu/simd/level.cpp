@@ -3,10 +3,10 @@
 // OS support, the process-wide cap set by limit_simd_level (simd/level.hpp), and whether
 // copies may use F16C.
 //
-// The SIMD code is compiled per instruction set in kernels_<arch>.cpp; xsimd::dispatch picks
-// one at run time (simd_call, dispatch.hpp), and simd_call reaches it only when the level in
-// use allows AVX2. That level also requires the OS to save the AVX register state, which
-// xsimd's CPUID check alone does not look at.
+// The SIMD code is compiled per instruction set in simd/<arch>.cpp; simd_call (dispatch.hpp)
+// calls the one of the level in use. Each level needs the processor's feature bits and the OS
+// saving the register state that level uses (XCR0), which xsimd's CPUID check alone does not
+// look at; the checks are made here, once, from CPUID directly.
 #include <algorithm>
 #include <atomic>
 
@@ -19,7 +19,7 @@ namespace xgrad::cpu
 {
     namespace
     {
-        std::atomic<simd_level> g_limit{simd_level::avx2_fma};
+        std::atomic<simd_level> g_limit{simd_level_max};
 
         bool processor_has_f16c() noexcept
         {
@@ -27,33 +27,65 @@ namespace xgrad::cpu
             return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
         }
 
-        /// Whether the OS saves the AVX register state on context switches (OSXSAVE, and XCR0
-        /// enabling SSE and AVX state). AVX code needs this besides the CPUID feature bits,
-        /// which are all xsimd 8.1 checks.
-        bool os_saves_avx_state() noexcept
+        /// XCR0, the register state the OS saves on context switches (0 without OSXSAVE).
+        unsigned os_saved_state() noexcept
         {
             unsigned a = 0, b = 0, c = 0, d = 0;
             if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0)
-                return false;
+                return 0;
             unsigned xcr0 = 0, high = 0;
             __asm__("xgetbv" : "=a"(xcr0), "=d"(high) : "c"(0));
-            return (xcr0 & 0x6u) == 0x6u;
+            return xcr0;
+        }
+
+        /// AVX2 + FMA + F16C in the processor and the SSE and AVX state (XCR0 bits 1, 2) saved.
+        bool has_avx2_fma() noexcept
+        {
+            unsigned a = 0, b = 0, c = 0, d = 0;
+            if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_FMA) == 0 || (c & bit_F16C) == 0)
+                return false;
+            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || (b & bit_AVX2) == 0)
+                return false;
+            return (os_saved_state() & 0x6u) == 0x6u;
+        }
+
+        /// AVX-512 F, CD, BW, DQ and VL (what xsimd::avx512bw and the -mavx512* flags of
+        /// simd/avx512.cpp use) and the opmask and ZMM state (XCR0 bits 5, 6, 7) saved too.
+        bool has_avx512() noexcept
+        {
+            unsigned a = 0, b = 0, c = 0, d = 0;
+            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0)
+                return false;
+            const unsigned need = bit_AVX512F | bit_AVX512CD | bit_AVX512BW | bit_AVX512DQ | bit_AVX512VL;
+            return (b & need) == need && has_avx2_fma() && (os_saved_state() & 0xe6u) == 0xe6u;
         }
     }
 
     bool detail::use_f16c() noexcept
     {
         static const bool has_f16c = processor_has_f16c();
-        return has_f16c && simd_level_in_use() == simd_level::avx2_fma;
+        return has_f16c && simd_level_in_use() >= simd_level::avx2_fma;
+    }
+
+    void detail::f32_to_f16_hw(std::uint16_t* out, const float* x, std::int64_t n) noexcept
+    {
+        if (simd_level_in_use() == simd_level::avx512)
+            return simd::f32_to_f16_avx512(out, x, n);
+        simd::f32_to_f16_f16c(out, x, n);
+    }
+
+    void detail::f16_to_f32_hw(float* out, const std::uint16_t* x, std::int64_t n) noexcept
+    {
+        if (simd_level_in_use() == simd_level::avx512)
+            return simd::f16_to_f32_avx512(out, x, n);
+        simd::f16_to_f32_f16c(out, x, n);
     }
 
     simd_level simd_supported() noexcept
     {
-        // The test xsimd::dispatch applies when it walks simd::archs, plus the OS check.
-        static const simd_level best = xsimd::available_architectures().best >= xsimd::fma3<xsimd::avx2>::version() &&
-                                               os_saves_avx_state()
-                                           ? simd_level::avx2_fma
-                                           : simd_level::sse2;
+        static const simd_level best = has_avx512()     ? simd_level::avx512
+                                       : has_avx2_fma() ? simd_level::avx2_fma
+                                                        : simd_level::sse2;
         return best;
     }
 

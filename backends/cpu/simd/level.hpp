@@ -1,9 +1,10 @@
 #pragma once
 // Internal to the CPU backend (and its tests): which instruction set the fast kernels use.
 //
-// The fast kernels pick the best compiled instruction set the processor has (xsimd::dispatch
-// over fma3<avx2> and sse2). limit_simd_level caps that choice at run time, so the tests can
-// check the SSE2 code on an AVX2 machine; it is also a debugging switch. At the `scalar` level
+// The fast kernels pick the best compiled instruction set the processor (and the OS) supports:
+// AVX-512, AVX2 + FMA or SSE2 (simd_call, dispatch.hpp). limit_simd_level caps that choice at
+// run time, so the tests can check the SSE2 and AVX2 code on an AVX-512 machine; it is also a
+// debugging switch. At the `scalar` level
 // the dispatch (core/src/dispatch.cpp) serves the xgrad::cpu::reference table instead of the
 // fast kernels. In a build configured with XGRAD_SIMD=scalar the level is always `scalar`.
 #include <cstdint>
@@ -13,10 +14,27 @@ namespace xgrad::cpu
     /// Ordered: a higher level uses a wider instruction set.
     enum class simd_level : std::uint8_t
     {
-        scalar,  // the reference kernels (single-threaded plain loops), chosen by the dispatch
-        sse2,    // xsimd::sse2, every x86-64 processor
-        avx2_fma // xsimd::fma3<xsimd::avx2> (plus F16C for float16 <-> float32 copies)
+        scalar,   // the reference kernels (single-threaded plain loops), chosen by the dispatch
+        sse2,     // xsimd::sse2, every x86-64 processor
+        avx2_fma, // xsimd::fma3<xsimd::avx2> (plus F16C for float16 <-> float32 copies)
+        avx512    // xsimd::avx512bw: AVX-512 F, CD, BW, DQ and VL (plus FMA and F16C), masked tails
     };
+
+    /// The highest level any build knows (the default cap).
+    constexpr simd_level simd_level_max = simd_level::avx512;
+
+    /// "scalar", "sse2", "avx2_fma" or "avx512".
+    constexpr const char* simd_level_name(simd_level level) noexcept
+    {
+        switch (level)
+        {
+        case simd_level::scalar: return "scalar";
+        case simd_level::sse2: return "sse2";
+        case simd_level::avx2_fma: return "avx2_fma";
+        case simd_level::avx512: return "avx512";
+        }
+        return "?";
+    }
 
     /// The best level this build and this processor support.
     simd_level simd_supported() noexcept;

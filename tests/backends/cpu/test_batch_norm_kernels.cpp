@@ -71,30 +71,12 @@ namespace
     /// where they are not compiled, that table is the reference one).
     const xgrad::kernels::kernel_table& fast_table = cpu::fast_kernels();
 
-    /// Restores the SIMD limit and the thread count at scope exit.
-    struct settings_guard
-    {
-        int threads = xgrad::get_num_threads();
-        ~settings_guard()
-        {
-            cpu::limit_simd_level(cpu::simd_level::avx2_fma);
-            xgrad::set_num_threads(threads);
-        }
-    };
+    using cpu_kernels_test::settings_guard; // restores the SIMD limit and the thread count
 
     /// Every SIMD level this build and processor have (scalar alone in an XGRAD_SIMD=scalar build).
     using cpu_kernels_test::simd_levels;
 
-    const char* level_name(cpu::simd_level l)
-    {
-        switch (l)
-        {
-        case cpu::simd_level::scalar: return "scalar";
-        case cpu::simd_level::sse2: return "sse2";
-        case cpu::simd_level::avx2_fma: return "avx2_fma";
-        }
-        return "?";
-    }
+    using cpu_kernels_test::level_name;
 
     template <class T>
     using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -556,7 +538,7 @@ namespace
             const std::string err = compare(p, got, want, gs, ggs);
             CHECK_MESSAGE(err.empty(), err);
         }
-        cpu::limit_simd_level(cpu::simd_level::avx2_fma);
+        cpu::limit_simd_level(cpu::simd_level_max);
     }
 
     /// Shapes that hit the paths and their edges: channels-last C below / at / above the SIMD
@@ -734,7 +716,7 @@ TEST_CASE("batch-norm kernels: grad_grad_apply with one output")
         decltype(&cpu::bn_grad_grad_apply) kernel;
         cpu::simd_level level;
     };
-    std::vector<variant> variants{{"reference", &cpu::reference::bn_grad_grad_apply, cpu::simd_level::avx2_fma}};
+    std::vector<variant> variants{{"reference", &cpu::reference::bn_grad_grad_apply, cpu::simd_level_max}};
     for (const auto level : simd_levels())
         variants.push_back({std::string("level ") + level_name(level), fast_table.bn_grad_grad_apply, level});
     for (const shape s : {shape{67, 5, 1}, shape{3, 2, 67}, shape{17, 3, 3}})

@@ -29,13 +29,22 @@ TEST_CASE("cpu kernels: the dispatcher picks a SIMD instruction set")
     }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
+    // The compiler's own CPUID reading (it does not check the OS state, which every OS that
+    // runs these tests saves).
     const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    CHECK(cpu::simd_supported() == (avx2_fma ? cpu::simd_level::avx2_fma : cpu::simd_level::sse2));
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vl");
+    CHECK(cpu::simd_supported() == (avx512     ? cpu::simd_level::avx512
+                                    : avx2_fma ? cpu::simd_level::avx2_fma
+                                               : cpu::simd_level::sse2));
 #endif
     CHECK(cpu::simd_level_in_use() == cpu::simd_supported());
     settings_guard guard;
     cpu::limit_simd_level(cpu::simd_level::sse2);
     CHECK(cpu::simd_level_in_use() == cpu::simd_level::sse2);
+    cpu::limit_simd_level(cpu::simd_level::avx2_fma);
+    CHECK(cpu::simd_level_in_use() == std::min(cpu::simd_supported(), cpu::simd_level::avx2_fma));
     MESSAGE("SIMD level in use by default: ", level_name(cpu::simd_supported()));
 }
 
