@@ -22,10 +22,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
 
 #include "backends/common/batch_norm_coefficients.hpp"
 #include "backends/common/convert.hpp"
@@ -78,13 +83,54 @@ namespace xgrad::cpu
 
     namespace
     {
-        /// Bytes of x-like tensors that the one-read kernels keep resident in the cache at a time.
-        /// Measured on the shared 2-core machines this is tuned on (32 MiB L3 on paper): data
-        /// read twice comes back at cache speed up to about 4 MiB and at DRAM speed from about
-        /// 16 MiB, the rest of the L3 being taken by other tenants. A fixed value, not a
-        /// cache-size query, so that the blocks (and with them the summation order) depend on
-        /// the shape alone; tests lower it.
-        std::atomic<std::int64_t> resident_budget_bytes{std::int64_t{4} << 20};
+        /// The last-level cache this process sees, in bytes: the largest data or unified cache
+        /// of cpu0 in sysfs (what a virtual machine is given, where sysconf can report the host's
+        /// total), else sysconf's L3, else its L2; 0 when nothing says.
+        std::int64_t last_level_cache_bytes()
+        {
+            std::int64_t best = 0;
+            for (int index = 0; index < 8; ++index)
+            {
+                const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+                std::ifstream type_file(dir + "type"), size_file(dir + "size");
+                std::string type, size;
+                if (!(type_file >> type) || !(size_file >> size) || type == "Instruction")
+                    continue;
+                char* end = nullptr;
+                const long long v = std::strtoll(size.c_str(), &end, 10);
+                if (end == size.c_str() || v <= 0 || v > (1LL << 40))
+                    continue;
+                const std::int64_t bytes = *end == 'K' ? v << 10 : *end == 'M' ? v << 20 : *end == 'G' ? v << 30 : v;
+                best = std::max(best, bytes);
+            }
+            if (best > 0)
+                return best;
+            for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE})
+                if (const long v = sysconf(name); v > 0)
+                    return v;
+            return 0;
+        }
+
+        /// The default resident budget: half the last-level cache (the other half left to the
+        /// rest of the step and to other processes), at least 4 MiB (the fixed value this
+        /// replaces, measured as safe on every development machine) and at most 64 MiB.
+        std::int64_t default_resident_budget()
+        {
+            static const std::int64_t bytes = std::clamp<std::int64_t>(last_level_cache_bytes() / 2,
+                                                                       std::int64_t{4} << 20, std::int64_t{64} << 20);
+            return bytes;
+        }
+
+        /// Bytes of x-like tensors that the one-read kernels keep resident in the cache at a time
+        /// (-1: not yet set, default_resident_budget()). The summation order does not depend on
+        /// it (plan.hpp), so it follows the machine; tests and benchmarks set it.
+        std::atomic<std::int64_t> resident_budget_bytes{-1};
+
+        std::int64_t resident_budget() noexcept
+        {
+            const std::int64_t b = resident_budget_bytes.load(std::memory_order_relaxed);
+            return b >= 0 ? b : default_resident_budget();
+        }
 
         /// Channel blocks of an [outer, C, inner] tensor for a kernel that reads `tensors`
         /// x-like tensors of `elem` bytes per element twice (a reduction, then an elementwise
@@ -107,7 +153,7 @@ namespace xgrad::cpu
                                 std::int64_t tensors, F&& f)
         {
             const std::int64_t per_channel = std::max<std::int64_t>(1, outer * inner * elem * tensors);
-            const std::int64_t budget = resident_budget_bytes.load();
+            const std::int64_t budget = resident_budget();
             // Channels-last rows: whole cache lines. Channels-first: contiguous runs of at least
             // 2 KiB per outer index (shorter runs scattered over many pages starve the hardware
             // prefetchers).
@@ -115,8 +161,11 @@ namespace xgrad::cpu
                                                                        : (2048 + inner * elem - 1) / (inner * elem);
             const std::int64_t pc = std::min(C, std::max(unit, budget / 8 / per_channel / unit * unit));
             const std::int64_t blocks = (C + pc - 1) / pc;
-            if (blocks < 4 || pc * per_channel > budget / 4)
-                return f(std::int64_t{0}, geometry(outer, C, inner));
+            const geometry whole(outer, C, inner);
+            // A tensor whose rows merge outer indices is never blocked (blocks do not merge), so
+            // that the summation order stays a function of the shape (plan.hpp).
+            if (blocks < 4 || pc * per_channel > budget / 4 || whole.merge > 1)
+                return f(std::int64_t{0}, whole);
             parallel_for(0, blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
                 for (std::int64_t b = b0; b < b1; ++b)
                     f(b * pc, geometry(outer, std::min(pc, C - b * pc), inner, C * inner));
@@ -128,7 +177,7 @@ namespace xgrad::cpu
         /// its inputs and cost a read for ownership.
         bool stream_output(std::int64_t numel, std::int64_t elem, std::int64_t tensors) noexcept
         {
-            return numel * elem * tensors > resident_budget_bytes.load();
+            return numel * elem * tensors > resident_budget();
         }
 
         /// Channel c's mean and biased variance computed again in double, element by element
@@ -222,7 +271,12 @@ namespace xgrad::cpu
         }
     }
 
-    std::int64_t bn_set_resident_budget(std::int64_t bytes) noexcept { return resident_budget_bytes.exchange(bytes); }
+    std::int64_t bn_set_resident_budget(std::int64_t bytes) noexcept
+    {
+        const std::int64_t old = resident_budget();
+        resident_budget_bytes.store(bytes);
+        return old;
+    }
 
     void bn_moments(void* mean, void* var, const void* x, dtype xdt, std::int64_t outer, std::int64_t C,
                     std::int64_t inner)

@@ -25,6 +25,16 @@
 // - Sums accumulate in the statistics type S (float, or double for float64 tensors). Each work
 //   item writes its partial sums to its own slot; partials are combined in a fixed pairwise
 //   order afterwards, so results are bitwise independent of the thread count.
+// - The order is also independent of the channel blocks of the one-read kernels (kernels.cpp),
+//   so that their cache budget can follow the machine: a channel's terms are summed the same
+//   way whether its tensor is walked whole or in blocks of channels. Tiles: the rows of each
+//   column in fixed chunks of rows_block, in order; a column's inner indices pairwise per
+//   chunk; the chunks by one bottom-up tree (step 1, 2, 4, ...: chunk i takes chunk i + step),
+//   which work items of a power-of-two count of chunks, aligned, reproduce whatever their
+//   size; then the merged outer indices pairwise (merging is a function of the shape: a tensor
+//   whose rows are merged is never blocked). Runs: segments and chunks depend on outer and
+//   inner alone, and each channel is summed apart from the others in its item.
+//   tests/backends/cpu/test_batch_norm_kernels.cpp runs the kernels with several budgets.
 //
 // Error bound of a sum of terms t_i (R per channel; u = unit roundoff of S: 2^-24 float, 2^-53
 // double). Each term is formed with relative error <= 2u (d = x - m rounded once, the product
@@ -124,7 +134,13 @@ namespace xgrad::cpu::bn_detail
                 cb = std::min(cols, std::max<std::int64_t>(1, col_block / inner) * inner);
                 row_blocks = (full_rows + rows_block - 1) / rows_block + (tail_cols > 0 ? 1 : 0);
                 col_blocks = (cols + cb - 1) / cb;
-                blocks_per_item = std::clamp<std::int64_t>(item_target / (rows_block * cb), 1, 16);
+                // A power of two: an item's row blocks then start at a multiple of their count,
+                // so combining them bottom-up in the item and the items bottom-up afterwards is
+                // the one bottom-up tree over all row blocks, whatever cb (and with it the
+                // channel block) is.
+                const std::int64_t want = std::clamp<std::int64_t>(item_target / (rows_block * cb), 1, 16);
+                while (blocks_per_item * 2 <= want)
+                    blocks_per_item *= 2;
             }
             else if (inner <= run_item)
             {

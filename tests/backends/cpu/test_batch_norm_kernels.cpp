@@ -645,6 +645,53 @@ namespace
             }
         }
     }
+
+    /// The outputs are identical whatever the resident budget (which decides the channel blocks
+    /// of the one-read kernels), at every SIMD level and at 1 and 2 threads: the summation order
+    /// is a function of the shape alone, so the budget can follow the machine's cache.
+    template <class T>
+    void check_budget_independence(std::uint64_t seed)
+    {
+        settings_guard guard;
+        struct budget_guard
+        {
+            std::int64_t old = cpu::bn_set_resident_budget(std::int64_t{4} << 20);
+            ~budget_guard() { cpu::bn_set_resident_budget(old); }
+        } budget;
+        std::mt19937_64 gen(seed);
+        // Channels-last with C = 67, 64 and 32 (whole cache lines of channels per block; C * inner
+        // = 32 merges outer indices into rows when the tensor is not blocked), tiles with
+        // inner > 1, runs grouping segments and runs chunking long rows.
+        const shape shapes[] = {{1200, 67, 1}, {3000, 64, 1}, {5000, 32, 1}, {600, 17, 9},
+                                {300, 48, 7},  {300, 3, 100}, {20, 3, 2000}};
+        const std::int64_t budgets[] = {std::int64_t{1} << 12, std::int64_t{1} << 16, std::int64_t{1} << 20,
+                                        std::int64_t{1} << 24, std::int64_t{1} << 30};
+        for (const auto& s : shapes)
+        {
+            const problem<T> p(s, gen);
+            std::vector<stat_t<T>> gs, ggs;
+            reference_sums(p, gs, ggs);
+            for (const auto level : simd_levels())
+            {
+                if (level == cpu::simd_level::scalar)
+                    continue;
+                cpu::limit_simd_level(level);
+                for (int threads : {1, 2})
+                {
+                    xgrad::set_num_threads(threads);
+                    cpu::bn_set_resident_budget(std::int64_t{4} << 20);
+                    const outputs<T> base = run_all(p, true, gs, ggs);
+                    for (const std::int64_t b : budgets)
+                    {
+                        cpu::bn_set_resident_budget(b);
+                        INFO(std::string(dtype_name<T>()), " ", str(s), " level ", level_name(level), " threads ",
+                             threads, " budget ", b);
+                        CHECK_MESSAGE(run_all(p, true, gs, ggs) == base, "results differ from the 4 MiB budget's");
+                    }
+                }
+            }
+        }
+    }
 }
 
 TEST_CASE("batch-norm kernels: fast vs reference, float32") { check_dtype<float>(1); }
@@ -661,6 +708,14 @@ TEST_CASE("batch-norm kernels: results do not depend on the thread count")
     check_thread_independence<double>(6);
     check_thread_independence<float16_t>(7);
     check_thread_independence<bfloat16_t>(8);
+}
+
+TEST_CASE("batch-norm kernels: results do not depend on the resident budget")
+{
+    check_budget_independence<float>(17);
+    check_budget_independence<double>(18);
+    check_budget_independence<bfloat16_t>(19);
+    check_budget_independence<float16_t>(20);
 }
 
 TEST_CASE("batch-norm kernels: one-read kernels in channel blocks, with streamed outputs")
