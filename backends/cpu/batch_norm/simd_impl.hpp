@@ -334,12 +334,14 @@ namespace xgrad::cpu::simd
             });
         }
 
-        /// Column accumulators [j, j + lanes) of a tile in memory, updated with one row's
-        /// operands v: all lanes, or (Tail) the first rem (the padding lanes are neither loaded
-        /// nor stored). First: the accumulators start from 0 instead of their value in memory.
-        template <bn_sums Kind, bool Tail, bool First, class Arch, class T, class IO>
-        void tile_update(const bn_tile<T, IO>& t, std::int64_t row, std::int64_t j, std::int64_t rem,
-                         const operands<Arch, T>& v) noexcept
+        /// Column accumulators [j, j + lanes) of a tile in memory, updated with rows
+        /// [row, row + NR) in order: all lanes, or (Tail) the first rem (the padding lanes are
+        /// neither loaded nor stored). First: the accumulators start from 0 instead of their
+        /// value in memory. The accumulators are loaded and stored once per NR rows: each
+        /// column still adds its rows one at a time, in order (the same bits as NR = 1), but the
+        /// loop no longer waits on a store and reload of the accumulators after every row.
+        template <bn_sums Kind, bool Tail, bool First, int NR, class Arch, class T, class IO>
+        void tile_update(const bn_tile<T, IO>& t, std::int64_t row, std::int64_t j, std::int64_t rem) noexcept
         {
             using B = batch<Arch, T>;
             constexpr int K = sum_count<Kind>;
@@ -352,51 +354,131 @@ namespace xgrad::cpu::simd
                     acc[s] = load<Arch, T, Tail>(t.acc + s * t.acc_stride + j, rem);
             });
             const B m = reads_m<Kind> ? load<Arch, T, Tail>(t.m + j, rem) : B(T(0));
-            add_terms<Kind, Arch, T>(acc, v.x, v.g, v.a, m);
-            if constexpr (Kind == bn_sums::grad_out)
-                store_io<Arch, T, Tail>(t.out + row * t.out_stride + j, B(v.g * load<Arch, T, Tail>(t.k + j, rem)),
-                                        rem);
+            const B k = Kind == bn_sums::grad_out ? load<Arch, T, Tail>(t.k + j, rem) : B(T(0));
+            unroll<Arch, NR>::apply([&](auto ri) {
+                const std::int64_t r = row + decltype(ri)::value;
+                const auto v = load_operands<Kind, Tail, Arch, T>(t.x, t.g, t.a, t.y, r * t.in_stride + j, rem);
+                add_terms<Kind, Arch, T>(acc, v.x, v.g, v.a, m);
+                if constexpr (Kind == bn_sums::grad_out)
+                    store_io<Arch, T, Tail>(t.out + r * t.out_stride + j, B(v.g * k), rem);
+            });
             unroll<Arch, K>::apply([&](auto si) {
                 constexpr int s = decltype(si)::value;
                 store<Arch, T, Tail>(t.acc + s * t.acc_stride + j, acc[s], rem);
             });
         }
 
-        /// Rows [r0, r1) of a tile. `t` is a copy: stores through the data pointers cannot make
-        /// the compiler reload its fields.
-        template <bn_sums Kind, bool First, class Arch, class T, class IO>
+        /// Rows [r0, r1) of a tile, NR at a time (First: r1 = r0 + NR). `t` is a copy: stores
+        /// through the data pointers cannot make the compiler reload its fields.
+        template <bn_sums Kind, bool First, int NR, class Arch, class T, class IO>
         void tile_rows(const bn_tile<T, IO> t, std::int64_t r0, std::int64_t r1) noexcept
         {
             constexpr std::int64_t w = lanes<Arch, T>;
             const std::int64_t full = t.ncols / w * w, rem = t.ncols - full;
-            for (std::int64_t r = r0; r < r1; ++r)
+            for (std::int64_t r = r0; r + NR <= r1; r += NR)
             {
-                const std::int64_t in = r * t.in_stride;
                 for (std::int64_t j = 0; j < full; j += w)
-                    tile_update<Kind, false, First, Arch, T>(
-                        t, r, j, 0, load_operands<Kind, false, Arch, T>(t.x, t.g, t.a, t.y, in + j, 0));
+                    tile_update<Kind, false, First, NR, Arch, T>(t, r, j, 0);
                 if (rem) // a padded batch: only its first rem lanes are loaded and stored
-                    tile_update<Kind, true, First, Arch, T>(
-                        t, r, full, rem, load_operands<Kind, true, Arch, T>(t.x, t.g, t.a, t.y, in + full, rem));
+                    tile_update<Kind, true, First, NR, Arch, T>(t, r, full, rem);
             }
         }
 
-        /// Rows stream past in memory order; the column accumulators live in t.acc (a few KB,
-        /// cache-resident), so the tile is read row by row, contiguously. A row whose length is
+        /// A tile of at most NB batches of columns (the last one partial when Tail, rem lanes)
+        /// with every column accumulator in a register for the whole tile: rows stream past in
+        /// memory order and nothing is stored until the end. The same per-column order as
+        /// tile_rows (rows in order, one at a time), so the same bits.
+        template <bn_sums Kind, int NB, bool Tail, class Arch, class T, class IO>
+        void tile_regs(const bn_tile<T, IO> t) noexcept
+        {
+            using B = batch<Arch, T>;
+            constexpr int K = sum_count<Kind>;
+            constexpr std::int64_t w = lanes<Arch, T>;
+            const std::int64_t rem = t.ncols - (NB - 1) * w;
+            B acc[NB][K], m[NB], k[NB];
+            unroll<Arch, NB>::apply([&](auto bi) {
+                constexpr int b = decltype(bi)::value;
+                constexpr bool tail = Tail && b == NB - 1;
+                unroll<Arch, K>::apply([&](auto si) {
+                    constexpr int s = decltype(si)::value;
+                    acc[b][s] = t.accumulate ? load<Arch, T, tail>(t.acc + s * t.acc_stride + b * w, rem) : B(T(0));
+                });
+                m[b] = reads_m<Kind> ? load<Arch, T, tail>(t.m + b * w, rem) : B(T(0));
+                k[b] = Kind == bn_sums::grad_out ? load<Arch, T, tail>(t.k + b * w, rem) : B(T(0));
+            });
+            for (std::int64_t r = 0; r < t.nrows; ++r)
+                unroll<Arch, NB>::apply([&](auto bi) {
+                    constexpr int b = decltype(bi)::value;
+                    constexpr bool tail = Tail && b == NB - 1;
+                    const auto v = load_operands<Kind, tail, Arch, T>(t.x, t.g, t.a, t.y, r * t.in_stride + b * w, rem);
+                    add_terms<Kind, Arch, T>(acc[b], v.x, v.g, v.a, m[b]);
+                    if constexpr (Kind == bn_sums::grad_out)
+                        store_io<Arch, T, tail>(t.out + r * t.out_stride + b * w, B(v.g * k[b]), rem);
+                });
+            unroll<Arch, NB>::apply([&](auto bi) {
+                constexpr int b = decltype(bi)::value;
+                constexpr bool tail = Tail && b == NB - 1;
+                unroll<Arch, K>::apply([&](auto si) {
+                    constexpr int s = decltype(si)::value;
+                    store<Arch, T, tail>(t.acc + s * t.acc_stride + b * w, acc[b][s], rem);
+                });
+            });
+        }
+
+        /// tile_regs for ncols <= NB batches when NB * K accumulators fit the register file
+        /// (32 vector registers with AVX-512, 16 below, leaving room for the operands); false
+        /// when they do not (the caller then keeps the accumulators in memory).
+        template <bn_sums Kind, class Arch, class T, class IO>
+        bool tile_in_registers(const bn_tile<T, IO>& t) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            constexpr int K = sum_count<Kind>;
+            constexpr int max_acc = is_avx512<Arch> ? 20 : 8;
+            const std::int64_t nb = (t.ncols + w - 1) / w;
+            if (nb < 1 || nb > 4 || nb * K > max_acc)
+                return false;
+            const bool tail = t.ncols % w != 0;
+            auto go = [&](auto nbc) {
+                constexpr int NB = decltype(nbc)::value;
+                if constexpr (NB * K <= max_acc)
+                {
+                    if (tail)
+                        tile_regs<Kind, NB, true, Arch, T>(t);
+                    else
+                        tile_regs<Kind, NB, false, Arch, T>(t);
+                }
+            };
+            switch (nb)
+            {
+            case 1: go(std::integral_constant<int, 1>{}); break;
+            case 2: go(std::integral_constant<int, 2>{}); break;
+            case 3: go(std::integral_constant<int, 3>{}); break;
+            default: go(std::integral_constant<int, 4>{}); break;
+            }
+            return true;
+        }
+
+        /// Rows stream past, four at a time (each column batch of the four rows, then the next
+        /// batch); the column accumulators live in t.acc (a few KB, cache-resident) and each
+        /// column adds its rows in order, one at a time. A row whose length is
         /// not a multiple of the lanes ends with a padded batch (partial loads and stores of
         /// the inputs, outputs and column accumulators).
         template <bn_sums Kind, class Arch, class T, class IO>
         void tile(const bn_tile<T, IO>& t) noexcept
         {
-            if (t.nrows <= 0)
+            if (t.nrows <= 0 || tile_in_registers<Kind, Arch, T>(t))
                 return;
-            if (t.accumulate)
-                tile_rows<Kind, false, Arch, T>(t, 0, t.nrows);
-            else
+            std::int64_t r = 0;
+            if (!t.accumulate)
             {
-                tile_rows<Kind, true, Arch, T>(t, 0, 1);
-                tile_rows<Kind, false, Arch, T>(t, 1, t.nrows);
+                tile_rows<Kind, true, 1, Arch, T>(t, 0, 1);
+                r = 1;
             }
+            // Four rows per accumulator load and store, then the last few one at a time.
+            constexpr int NR = 4;
+            const std::int64_t whole = r + (t.nrows - r) / NR * NR;
+            tile_rows<Kind, false, NR, Arch, T>(t, r, whole);
+            tile_rows<Kind, false, 1, Arch, T>(t, whole, t.nrows);
         }
 
         /// One segment of n >= 1 elements at base into the accumulators acc0, acc1: whole
@@ -556,10 +638,90 @@ namespace xgrad::cpu::simd
             }
         }
 
+        /// affine for per-column coefficients (the tile shape) and rows of at most NB batches
+        /// (the last partial when Tail): each batch's coefficients are loaded into registers once
+        /// for all rows instead of once per row. The same expression per element, so the same
+        /// bits.
+        template <bool HA, bool HG, bool HX, int NB, bool Tail, class Arch, class T, class IO>
+        void affine_regs(const bn_affine<T, IO> p) noexcept
+        {
+            using B = batch<Arch, T>;
+            constexpr std::int64_t w = lanes<Arch, T>;
+            const std::int64_t rem = p.n - (NB - 1) * w;
+            B c[NB][7];
+            unroll<Arch, NB>::apply([&](auto bi) {
+                constexpr int b = decltype(bi)::value;
+                constexpr bool tail = Tail && b == NB - 1;
+                for (int q = 0; q < 7; ++q)
+                    c[b][q] = load<Arch, T, tail>(p.coef[q] + b * w, rem);
+            });
+            const B zero(T(0));
+            for (std::int64_t row = 0; row < p.nrows; ++row)
+            {
+                const std::int64_t o = row * p.stride;
+                unroll<Arch, NB>::apply([&](auto bi) {
+                    constexpr int b = decltype(bi)::value;
+                    constexpr bool tail = Tail && b == NB - 1;
+                    const std::int64_t i = o + b * w;
+                    B r = c[b][6];
+                    if constexpr (HX)
+                        r = xsimd::fma(c[b][4], B(load_io<Arch, T, tail>(p.x + i, rem) - c[b][5]), r);
+                    if constexpr (HG)
+                        r = xsimd::fma(c[b][2], B(load_g<Arch, T, tail>(p.g, p.y, i, rem) - c[b][3]), r);
+                    if constexpr (HA)
+                        r = xsimd::fma(c[b][0], B(load_io<Arch, T, tail>(p.a + i, rem) - c[b][1]), r);
+                    if (p.relu)
+                        r = xsimd::select(r < zero, zero, r);
+                    if constexpr (std::is_same_v<IO, T> && !tail)
+                    {
+                        if (p.stream)
+                            return store_stream<Arch, T>(p.out + i, r);
+                    }
+                    store_io<Arch, T, tail>(p.out + i, r, rem);
+                });
+            }
+        }
+
+        /// affine_regs when the row fits NB <= 4 batches whose coefficients fit the registers
+        /// (the used ones: 1 + 2 per input), else the general loop.
+        template <bool HA, bool HG, bool HX, class Arch, class T, class IO>
+        void affine_per_column(const bn_affine<T, IO>& p) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            constexpr int used = 1 + 2 * (int(HA) + int(HG) + int(HX));
+            constexpr int max_coef = is_avx512<Arch> ? 24 : 10;
+            const std::int64_t nb = (p.n + w - 1) / w;
+            const bool tail = p.n % w != 0;
+            bool done = false;
+            auto go = [&](auto nbc) {
+                constexpr int NB = decltype(nbc)::value;
+                if constexpr (NB * used <= max_coef)
+                {
+                    if (tail)
+                        affine_regs<HA, HG, HX, NB, true, Arch, T, IO>(p);
+                    else
+                        affine_regs<HA, HG, HX, NB, false, Arch, T, IO>(p);
+                    done = true;
+                }
+            };
+            switch (nb)
+            {
+            case 1: go(std::integral_constant<int, 1>{}); break;
+            case 2: go(std::integral_constant<int, 2>{}); break;
+            case 3: go(std::integral_constant<int, 3>{}); break;
+            case 4: go(std::integral_constant<int, 4>{}); break;
+            default: break;
+            }
+            if (!done)
+                affine<HA, HG, HX, true, Arch, T, IO>(p);
+        }
+
         template <bool HA, bool HG, bool HX, class Arch, class T, class IO>
         void affine_stride(const bn_affine<T, IO>& p) noexcept
         {
-            if (p.coef_stride != 0)
+            if (p.coef_stride != 0 && p.coef_row_stride == 0)
+                affine_per_column<HA, HG, HX, Arch, T, IO>(p);
+            else if (p.coef_stride != 0)
                 affine<HA, HG, HX, true, Arch, T, IO>(p);
             else
                 affine<HA, HG, HX, false, Arch, T, IO>(p);
