@@ -33,15 +33,17 @@
 // against xgrad::batch_norm_grad_grad_composite at op level (allocations included), training
 // mode, under no_grad, 2 threads.
 //
-// --simd=<scalar|sse2|avx2_fma|avx512> (this program's own flag, before Google Benchmark's) caps
-// xgrad's SIMD level for the whole run, to compare instruction sets; the level in use is in the
-// context as xgrad_simd.
+// This program's own flags: --simd=<scalar|sse2|avx2_fma|avx512> caps xgrad's SIMD level for
+// the whole run, to compare instruction sets; --bn-budget=<MiB> sets the batch-norm kernels'
+// resident budget (cpu::bn_set_resident_budget), to measure it. The context records both
+// (xgrad_simd, bn_budget_bytes).
 //
 // bench/run runs it and prints one summary line per case; only ratios measured in the same run
 // are meaningful on a shared machine.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -203,10 +205,14 @@ namespace
 #endif
         benchmark::AddCustomContext("llc_bytes", std::to_string(llc_bytes()));
         benchmark::AddCustomContext("xgrad_simd", cpu::simd_level_name(cpu::simd_level_in_use()));
+        // The budget in use: bn_set_resident_budget returns the old value, which is put back.
+        const std::int64_t budget = cpu::bn_set_resident_budget(0);
+        cpu::bn_set_resident_budget(budget);
+        benchmark::AddCustomContext("bn_budget_bytes", std::to_string(budget));
         // Ordered so that a workspace (element count, dtype) is filled once: shapes 0-1 and 2-3
-        // have the same element count, and float32 precedes bfloat16 of the same shapes.
+        // have the same element count, and float32 precedes the 16-bit types of the same shapes.
         for (int group = 0; group < 2; ++group)
-            for (dtype dt : {dtype::float32, dtype::bfloat16})
+            for (dtype dt : {dtype::float32, dtype::bfloat16, dtype::float16})
                 for (int si = 2 * group; si < 2 * group + 2; ++si)
                     for (int threads : {1, 2})
                         for (op_kind kind : {op_kind::grad_train, op_kind::grad_infer, op_kind::fwd_train})
@@ -246,29 +252,40 @@ namespace
 
 int main(int argc, char** argv)
 {
-    // --simd=<level>: taken out of argv before Google Benchmark sees it.
+    // --simd=<level> and --bn-budget=<MiB>: taken out of argv before Google Benchmark sees them.
     int kept = 1;
     for (int i = 1; i < argc; ++i)
     {
-        if (std::strncmp(argv[i], "--simd=", 7) != 0)
+        if (std::strncmp(argv[i], "--simd=", 7) == 0)
         {
-            argv[kept++] = argv[i];
-            continue;
-        }
-        bool known = false;
-        for (auto level : {xgrad::cpu::simd_level::scalar, xgrad::cpu::simd_level::sse2,
-                           xgrad::cpu::simd_level::avx2_fma, xgrad::cpu::simd_level::avx512})
-            if (std::strcmp(argv[i] + 7, xgrad::cpu::simd_level_name(level)) == 0)
+            bool known = false;
+            for (auto level : {xgrad::cpu::simd_level::scalar, xgrad::cpu::simd_level::sse2,
+                               xgrad::cpu::simd_level::avx2_fma, xgrad::cpu::simd_level::avx512})
+                if (std::strcmp(argv[i] + 7, xgrad::cpu::simd_level_name(level)) == 0)
+                {
+                    xgrad::cpu::limit_simd_level(level);
+                    known = true;
+                }
+            if (!known)
             {
-                xgrad::cpu::limit_simd_level(level);
-                known = true;
+                std::fprintf(stderr, "bn_bench: unknown --simd level '%s' (scalar, sse2, avx2_fma or avx512)\n",
+                             argv[i] + 7);
+                return 1;
             }
-        if (!known)
-        {
-            std::fprintf(stderr, "bn_bench: unknown --simd level '%s' (scalar, sse2, avx2_fma or avx512)\n",
-                         argv[i] + 7);
-            return 1;
         }
+        else if (std::strncmp(argv[i], "--bn-budget=", 12) == 0)
+        {
+            char* end = nullptr;
+            const long mib = std::strtol(argv[i] + 12, &end, 10);
+            if (end == argv[i] + 12 || *end != '\0' || mib < 1 || mib > 65536)
+            {
+                std::fprintf(stderr, "bn_bench: --bn-budget wants MiB in 1..65536, got '%s'\n", argv[i] + 12);
+                return 1;
+            }
+            xgrad::cpu::bn_set_resident_budget(static_cast<std::int64_t>(mib) << 20);
+        }
+        else
+            argv[kept++] = argv[i];
     }
     argc = kept;
     benchmark::Initialize(&argc, argv);

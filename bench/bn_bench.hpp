@@ -64,8 +64,11 @@ namespace xgrad::bn_bench
                             : kind == op_kind::grad_infer ? "grad_infer"
                                                           : "fwd_train";
             return std::string(k) + (lay == layout::nhwc ? "_nhwc" : "_nchw") +
-                   (dt == dtype::float32 ? "_f32_" : "_bf16_") + std::to_string(s.n) + "x" + std::to_string(s.c) + "x" +
-                   std::to_string(s.h) + "x" + std::to_string(s.w) + "_t" + std::to_string(threads);
+                   (dt == dtype::float32   ? "_f32_"
+                    : dt == dtype::float16 ? "_f16_"
+                                           : "_bf16_") +
+                   std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
+                   std::to_string(s.w) + "_t" + std::to_string(threads);
         }
     };
 

@@ -46,6 +46,8 @@ namespace xgrad::bn_bench
                         const float v = lo + (hi - lo) * u;
                         if (dt == dtype::float32)
                             static_cast<float*>(dst)[i] = v;
+                        else if (dt == dtype::float16)
+                            static_cast<std::uint16_t*>(dst)[i] = to_float16(v).bits;
                         else
                             static_cast<std::uint16_t*>(dst)[i] = to_bfloat16(v).bits;
                     }

@@ -206,7 +206,9 @@ namespace xgrad::bn_bench
         {
             using namespace dnnl;
             auto d = std::make_unique<dnnl_setup>();
-            const memory::data_type dt = c.dt == dtype::float32 ? memory::data_type::f32 : memory::data_type::bf16;
+            const memory::data_type dt = c.dt == dtype::float32   ? memory::data_type::f32
+                                         : c.dt == dtype::float16 ? memory::data_type::f16
+                                                                  : memory::data_type::bf16;
             const memory::desc data({c.s.n, c.s.c, c.s.h, c.s.w}, dt,
                                     c.lay == layout::nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
             normalization_flags flags = normalization_flags::use_scale | normalization_flags::use_shift;
