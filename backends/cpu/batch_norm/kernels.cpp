@@ -8,12 +8,13 @@
 // Design (the layout and summation order: plan.hpp; the measurements behind the
 // memory schedule: docs/performance.md):
 // - Memory passes over DRAM: bn_grad_inference one (the sums and dx together); bn_grad_apply,
-//   bn_grad_reduce and bn_normalize one each; bn_moments two (the mean; then, around it, the
-//   sums of d = x - mean and d^2, with the corrected two-pass formula
-//   var = (sum d^2 - (sum d)^2 / R) / R, which also refines the mean to mean + sum d / R);
+//   bn_grad_reduce and bn_normalize one each; bn_moments one (the sums of d = x - m and d^2
+//   around a shift m sampled from the channel's first elements, with the corrected formula
+//   var = (sum d^2 - (sum d)^2 / R) / R, which also gives the mean m + sum d / R; a second
+//   pass only for channels whose shift was far from the mean: moments_of);
 //   bn_grad_training and bn_forward_training one where a block of channels fits the cache
 //   budget (for_channel_blocks: the reduction brings the block in, the elementwise pass reads
-//   it there), else two (three for the forward).
+//   it there), else two.
 // - Per-channel coefficients (1/sqrt(var + eps) and the products of the formulas) are computed
 //   in double from the S inputs and rounded once to S; every elementwise output is one fused
 //   affine expression per element, cA*(A - mA) + cG*(g - mG) + cX*(x - mX) + cK (centred
@@ -209,18 +210,68 @@ namespace xgrad::cpu
             vo[c] = static_cast<S>(sq / R);
         }
 
-        /// mean and biased variance of the channels of geo, read through io (bn_moments).
+        /// Elements of a channel whose mean is the shift of the one-pass sums (moments_of).
+        constexpr std::int64_t shift_sample = 64;
+
+        /// Per channel of geo: the mean, computed in double and rounded once to S, of the
+        /// channel's first min(R, shift_sample) elements in (outer, inner) order. A function of
+        /// the shape and the data only (not of the blocking or the threads), read from a few
+        /// cache lines per channel.
+        template <class T, class S>
+        std::vector<S> sample_shift(const geometry& geo, const T* x)
+        {
+            const std::int64_t n = std::min(geo.outer * geo.inner, shift_sample);
+            std::vector<S> m(static_cast<std::size_t>(geo.C));
+            for (std::int64_t c = 0; c < geo.C; ++c)
+            {
+                double sum = 0;
+                for (std::int64_t k = 0; k < n; ++k)
+                    sum += detail::widen<double>(x[k / geo.inner * geo.ostride + c * geo.inner + k % geo.inner]);
+                m[static_cast<std::size_t>(c)] = static_cast<S>(sum / static_cast<double>(n));
+            }
+            return m;
+        }
+
+        /// mean and biased variance of the channels of geo, read through io (bn_moments), in
+        /// one pass over x where it can: the sums of d = x - m and d^2 around a shift m (the
+        /// mean of a small sample, sample_shift), then the corrected formula
+        /// var = (sum d^2 - (sum d)^2 / R) / R and mean = m + sum d / R, exact in exact
+        /// arithmetic for any m. In floating point the subtraction loses accuracy by the factor
+        /// F = sum d^2 / (R var) = 1 + (mean - m)^2 / var; a channel with F > 2 (its sample mean
+        /// more than one standard deviation off, e.g. sorted or drifting data, or an outlier in
+        /// the sample) is summed again around its now accurate mean (F ~ 1): the two-pass
+        /// result. So the variance's error bound is at most twice the two-pass bound of plan.hpp
+        /// ((85 + ceil(log2 R)) u sum d^2, doubled), while typical data is read once.
         template <class T, class S>
         void moments_of(const geometry& geo, const operands<T, S>& io, S* mo, S* vo)
         {
             const auto dR = static_cast<double>(geo.outer * geo.inner);
-            std::vector<S> m = reduce(geo, bn_sums::x, io);
-            for (auto& v : m)
-                v = static_cast<S>(static_cast<double>(v) / dR);
-            const std::vector<S> d = reduce(geo, bn_sums::centred, io, static_cast<const S*>(m.data()));
+            std::vector<S> m = sample_shift<T, S>(geo, io.x);
+            std::vector<S> d = reduce(geo, bn_sums::centred, io, static_cast<const S*>(m.data()));
+            const auto ill_conditioned = [&](std::int64_t c) {
+                const double sd = d[c], sq = d[geo.C + c];
+                return kernels::bn_is_finite(sd) && kernels::bn_is_finite(sq) && sd * sd / dR > 0.5 * sq;
+            };
+            bool again = false;
+            for (std::int64_t c = 0; c < geo.C && !again; ++c)
+                again = ill_conditioned(c);
+            if (again)
+            {
+                // The second pass, around the one-pass means, for the channels that need it.
+                std::vector<S> m2(m);
+                for (std::int64_t c = 0; c < geo.C; ++c)
+                    m2[c] = static_cast<S>(kernels::bn_refined_mean(static_cast<double>(m[c]), d[c], dR));
+                const std::vector<S> d2 = reduce(geo, bn_sums::centred, io, static_cast<const S*>(m2.data()));
+                for (std::int64_t c = 0; c < geo.C; ++c)
+                    if (ill_conditioned(c))
+                    {
+                        m[c] = m2[c];
+                        d[c] = d2[c];
+                        d[geo.C + c] = d2[geo.C + c];
+                    }
+            }
             for (std::int64_t c = 0; c < geo.C; ++c)
             {
-                // Corrected two-pass: exact in exact arithmetic for any centre m[c].
                 const double sd = d[c], sq = d[geo.C + c];
                 const double v = (sq - sd * sd / dR) / dR;
                 mo[c] = static_cast<S>(kernels::bn_refined_mean(static_cast<double>(m[c]), sd, dR));

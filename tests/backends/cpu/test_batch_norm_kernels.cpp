@@ -17,14 +17,14 @@
 //   reference accumulates in double left to right (error <= R 2^-53 sum|t|) and rounds once to
 //   S. Allowed: ((D + 3) u + R 2^-53) sum|t_i| + u |want|. For float and R = 10^4 that is
 //   165 u ~ 1e-5 relative to sum|t_i|: the "~1e-5 of the magnitudes involved".
-// - bn_moments: the pass-1 mean m has error <= (D + 3) u sum|x| / R (the sum, the division, the
-//   rounding to S); the second pass adds (sum of d = x - m) / R, so the result has error
-//   <= u |mean| + (D + 3) u sum|d| / R with sum|d| <= 2 sum|x| (to first order): allowed
-//   (2D + 6) u sum|x| / R + u |want|.
-//   Variance (corrected two-pass): |error| * R <= (D + 4) u sum d^2 (the squares) +
-//   2 (D + 1) u sum d^2 (the correction (sum d)^2 / R, via Cauchy-Schwarz), and
-//   sum d^2 / R = var + delta^2 with delta = |m - mean| <= (D + 3) u sum|x| / R; so
-//   (3D + 8) u (var + delta^2) + u var is allowed.
+// - bn_moments (and the statistics of bn_forward_training): the kernel sums d = x - m and d^2
+//   around a shift m (an exact S value) chosen so that sum d^2 / R = var + delta^2 with
+//   delta = |m - mean| <= sqrt(var) (else it sums again around its first mean, where delta is
+//   rounding-sized): sum d^2 / R <= 2 var. Mean = m + (sum d) / R: error <= u |mean| +
+//   (D + 3) u sum|d| / R, with sum|d| <= R sqrt(sum d^2 / R) <= R sqrt(2 var) (Cauchy-Schwarz):
+//   allowed (D + 3) u sqrt(2 var) + 2 u |want| (plus the reference's own error). Variance
+//   (corrected formula): |error| * R <= (D + 4) u sum d^2 (the squares) + 2 (D + 1) u sum d^2
+//   (the correction (sum d)^2 / R, via Cauchy-Schwarz), so (3D + 8) u 2 var + u var is allowed.
 // - Elementwise outputs, f u M with M = the sum of the absolute values of the reference
 //   formula's terms (a centred operand v - mean(v) counted as |v| + |mean(v)|), and f the
 //   roundings of both sides, each weighing at most u M: the fast side rounds each per-channel
@@ -414,10 +414,12 @@ namespace
             else
             {
                 const double ref_err = dR * 0x1p-53;
-                const double mean_tol = ((2 * D + 6) * u + ref_err) * sx[c] / dR + u * std::abs(sv(want.mean, c));
+                const double v = sdx2[c] / dR;
+                const double mean_tol = (D + 3) * u * std::sqrt(2 * v) + ref_err * sx[c] / dR +
+                                        2 * u * std::abs(sv(want.mean, c)) +
+                                        std::numeric_limits<stat_t<T>>::denorm_min();
                 rep.close("mean", c, sv(got.mean, c), sv(want.mean, c), mean_tol);
-                const double delta = (D + 3) * u * sx[c] / dR, v = sdx2[c] / dR;
-                const double var_tol = ((3 * D + 8) * u + ref_err) * (v + delta * delta) + u * v +
+                const double var_tol = ((3 * D + 8) * u + ref_err) * 2 * v + u * v +
                                        std::numeric_limits<stat_t<T>>::denorm_min();
                 rep.close("var", c, sv(got.var, c), sv(want.var, c), var_tol);
                 // The fused forward's statistics are bn_moments' (its own summation order).
