@@ -42,7 +42,7 @@ namespace xgrad::cpu
     const kernels::kernel_table& reference_kernels() noexcept;
 
     /// The bytes of x-shaped tensors that bn_forward_training / bn_grad_training keep resident
-    /// in the cache at a time (default: half the last-level cache, 4..64 MiB;
+    /// in the cache at a time (default: a quarter of the last-level cache, 4..16 MiB;
     /// batch_norm/kernels.cpp explains the choice). Results do not depend on it. Sets it and
     /// returns the previous value. For tests and benchmarks: a small budget exercises the
     /// channel blocks on small tensors. Not thread-safe against running kernels.

@@ -35,7 +35,7 @@
 
 #include "backends/common/batch_norm_coefficients.hpp"
 #include "backends/common/convert.hpp"
-#include "backends/cpu/batch_norm/convert.hpp"
+#include "backends/cpu/batch_norm/operands.hpp"
 #include "backends/cpu/batch_norm/plan.hpp"
 #include "backends/cpu/batch_norm/simd.hpp"
 #include "backends/cpu/batch_norm/walk.hpp"
@@ -48,13 +48,11 @@ namespace xgrad::cpu
 {
     namespace
     {
-        using detail::use_f16c;
         using simd::bn_sums;
         using bn_detail::affine_out;
         using bn_detail::apply;
         using bn_detail::geometry;
         using bn_detail::operands;
-        using bn_detail::output_operand;
         using bn_detail::reduce_writing;
         using bn_detail::reduce;
 
@@ -112,13 +110,16 @@ namespace xgrad::cpu
             return 0;
         }
 
-        /// The default resident budget: half the last-level cache (the other half left to the
-        /// rest of the step and to other processes), at least 4 MiB (the fixed value this
-        /// replaces, measured as safe on every development machine) and at most 64 MiB.
+        /// The default resident budget: a quarter of the last-level cache, 4..16 MiB. The
+        /// development machines are shared, so other tenants hold much of their L3: on a 2-core
+        /// slice of an AMD EPYC (32 MiB L3, sysconf reporting 384) the channels-first forward ran
+        /// 25% faster at 8 MiB than at 4, and at 64 MiB the channels-last kernels lost a third
+        /// (blocks that no longer stay cached are read twice from DRAM); on an Intel Xeon whose
+        /// L3 reads as 480 MiB, data read twice came back at DRAM speed from about 16 MiB.
         std::int64_t default_resident_budget()
         {
-            static const std::int64_t bytes = std::clamp<std::int64_t>(last_level_cache_bytes() / 2,
-                                                                       std::int64_t{4} << 20, std::int64_t{64} << 20);
+            static const std::int64_t bytes = std::clamp<std::int64_t>(last_level_cache_bytes() / 4,
+                                                                       std::int64_t{4} << 20, std::int64_t{16} << 20);
             return bytes;
         }
 
@@ -343,7 +344,7 @@ namespace xgrad::cpu
                 std::fill(vo, vo + C, std::numeric_limits<S>::quiet_NaN());
                 return;
             }
-            moments_of(geometry(outer, C, inner), operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)), mo, vo);
+            moments_of(geometry(outer, C, inner), operands<T, S>{}.with_x(static_cast<const T*>(x)), mo, vo);
         });
     }
 
@@ -361,7 +362,7 @@ namespace xgrad::cpu
             o.coef = coef.data();
             o.relu = relu;
             o.stream = stream_output(outer * C * inner, sizeof(T), 2);
-            apply<T, S>(geometry(outer, C, inner), operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)), &o, 1);
+            apply<T, S>(geometry(outer, C, inner), operands<T, S>{}.with_x(static_cast<const T*>(x)), &o, 1);
         });
     }
 
@@ -377,12 +378,12 @@ namespace xgrad::cpu
             S* vo = static_cast<S*>(var);
             const auto* sc = static_cast<const S*>(scale);
             const auto* oc = static_cast<const S*>(offset);
-            const bool f16c = use_f16c(), stream = stream_output(outer * C * inner, sizeof(T), 2);
+            const bool stream = stream_output(outer * C * inner, sizeof(T), 2);
             // Per block: two reductions and the normalisation, x read from DRAM once.
             for_channel_blocks(outer, C, inner, sizeof(T), 1, [&](std::int64_t c0, const geometry& geo) {
                 const std::int64_t off = c0 * inner;
                 const T* xb = static_cast<const T*>(x) + off;
-                const auto io = operands<T, S>(f16c).with_x(xb);
+                const auto io = operands<T, S>{}.with_x(xb);
                 moments_of(geo, io, mo + c0, vo + c0);
                 const auto coef = normalize_coef<S>(sc + c0, oc + c0, mo + c0, vo + c0, eps, geo.C);
                 affine_out<T, S> o;
@@ -402,8 +403,7 @@ namespace xgrad::cpu
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
-            const auto io =
-                operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy));
+            const auto io = operands<T, S>{}.with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy));
             const auto sums = reduce(geometry(outer, C, inner), bn_sums::grad, io, static_cast<const S*>(mean));
             std::copy(sums.begin(), sums.begin() + C, static_cast<S*>(sum_dy));
             std::copy(sums.begin() + C, sums.begin() + 2 * C, static_cast<S*>(sum_dy_xc));
@@ -426,8 +426,7 @@ namespace xgrad::cpu
             o.g = o.x = true;
             o.coef = coef.data();
             o.stream = stream_output(outer * C * inner, sizeof(T), 3);
-            const auto io =
-                operands<T, S>(use_f16c()).with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy));
+            const auto io = operands<T, S>{}.with_x(static_cast<const T*>(x)).with_g(static_cast<const T*>(dy));
             apply<T, S>(geometry(outer, C, inner), io, &o, 1);
         });
     }
@@ -444,13 +443,13 @@ namespace xgrad::cpu
             const auto* sc = static_cast<const S*>(scale);
             const auto* mp = static_cast<const S*>(mean);
             const auto* vp = static_cast<const S*>(var);
-            const bool f16c = use_f16c(), stream = stream_output(outer * C * inner, sizeof(T), 3);
+            const bool stream = stream_output(outer * C * inner, sizeof(T), 3);
             const auto R = static_cast<double>(outer * inner);
             // Per block: the sums, then dx from them, dy and x read from DRAM once.
             for_channel_blocks(outer, C, inner, sizeof(T), 2, [&](std::int64_t c0, const geometry& geo) {
                 const std::int64_t off = c0 * inner, nc = geo.C;
                 const T *xb = advanced<T>(x, off), *gb = advanced<T>(dy, off), *yb = advanced<T>(y, off);
-                const auto io = operands<T, S>(f16c).with_x(xb).with_g(gb, yb);
+                const auto io = operands<T, S>{}.with_x(xb).with_g(gb, yb);
                 const auto sums = reduce(geo, bn_sums::grad, io, mp + c0);
                 std::copy(sums.begin(), sums.begin() + nc, s1 + c0);
                 std::copy(sums.begin() + nc, sums.begin() + 2 * nc, s2 + c0);
@@ -475,13 +474,11 @@ namespace xgrad::cpu
             std::vector<S> k(static_cast<std::size_t>(C));
             for (std::int64_t c = 0; c < C; ++c)
                 k[c] = static_cast<S>(at<S>(scale, c) * inv_std<S>(var, c, eps));
-            const bool f16c = use_f16c();
-            const auto io = operands<T, S>(f16c)
+            const auto io = operands<T, S>{}
                                 .with_x(static_cast<const T*>(x))
                                 .with_g(static_cast<const T*>(dy), static_cast<const T*>(y));
-            const output_operand<T, S> out{static_cast<T*>(dx), f16c};
             const auto sums = reduce_writing(geometry(outer, C, inner), io, static_cast<const S*>(mean),
-                                             static_cast<const S*>(k.data()), out);
+                                             static_cast<const S*>(k.data()), static_cast<T*>(dx));
             std::copy(sums.begin(), sums.begin() + C, static_cast<S*>(sum_dy));
             std::copy(sums.begin() + C, sums.begin() + 2 * C, static_cast<S*>(sum_dy_xc));
         });
@@ -493,7 +490,7 @@ namespace xgrad::cpu
         visit_with_stats(xdt, [&](auto t, auto s) {
             using T = decltype(t);
             using S = decltype(s);
-            const auto io = operands<T, S>(use_f16c())
+            const auto io = operands<T, S>{}
                                 .with_x(static_cast<const T*>(x))
                                 .with_g(static_cast<const T*>(g))
                                 .with_a(static_cast<const T*>(A));
@@ -550,7 +547,7 @@ namespace xgrad::cpu
                 outs[n].coef = cx.data();
                 ++n;
             }
-            const auto io = operands<T, S>(use_f16c())
+            const auto io = operands<T, S>{}
                                 .with_x(static_cast<const T*>(x))
                                 .with_g(static_cast<const T*>(g))
                                 .with_a(static_cast<const T*>(A));

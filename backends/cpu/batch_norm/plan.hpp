@@ -75,8 +75,6 @@ namespace xgrad::cpu::bn_detail
     constexpr std::int64_t run_item = 512;
     /// Runs: a work item takes adjacent channels, about this many elements per outer index.
     constexpr std::int64_t run_span = 1024;
-    /// 16-bit conversion pieces: elements per input (at most) converted at a time.
-    constexpr std::int64_t piece = 1024;
     /// Tiles, reductions: a work item takes up to 16 row blocks, about this many elements, and
     /// combines their sums pairwise itself (fewer, smaller partial sums to combine later).
     constexpr std::int64_t item_target = 32768;

@@ -7,12 +7,10 @@
 // kernels.cpp sees only these declarations and the `extern template` lines below and picks
 // an instantiation at run time with detail::simd_call (dispatch.hpp).
 //
-// The functors compute in float or double (the statistics type T). bfloat16 tensors are read
-// and written by the functors themselves (IO = bfloat16_t: widened in registers on load, rounded
-// once on store); float16 tensors, and bfloat16 ones whose gradient is masked by a fused ReLU,
-// are converted to float by kernels.cpp (convert.hpp) in small cache-resident
-// pieces before the functors see them, and outputs rounded to 16 bits once, after the functor
-// wrote them as float.
+// The functors compute in float or double (the statistics type T). 16-bit tensors are read and
+// written by the functors themselves (IO = bfloat16_t or float16_t, T = float): widened in
+// registers on load and rounded to nearest even once on store (bfloat16 with integer
+// operations, float16 with F16C, at SSE2 with xgrad::to_float / to_float16 per lane).
 //
 // Every x-like tensor is [outer, C, inner] (backends/common/kernel_list.hpp). The functors see it in
 // one of two shapes:
@@ -35,25 +33,20 @@ namespace xgrad::cpu::simd
     /// Which per-channel sums a reduction functor forms (d = x - m; t_k the summed terms).
     enum class bn_sums : int
     {
-        x,        // 1 sum:  x                                 (mean, pass 1)
-        centred,  // 2 sums: d, d*d                            (variance, pass 2)
+        centred,  // 2 sums: d, d*d                            (bn_moments)
         grad,     // 2 sums: g, g*d                            (bn_grad_reduce)
         grad_out, // 2 sums: g, g*d, and out = g*k             (bn_grad_inference)
         grad_grad // 5 sums: g, g*d, A, A*d, A*g               (bn_grad_grad_reduce)
     };
 
-    constexpr int bn_sum_count(bn_sums kind) noexcept
-    {
-        return kind == bn_sums::x ? 1 : kind == bn_sums::grad_grad ? 5 : 2;
-    }
+    constexpr int bn_sum_count(bn_sums kind) noexcept { return kind == bn_sums::grad_grad ? 5 : 2; }
 
     /// A tile of nrows rows by ncols columns. Row i of input p starts at p + i * in_stride,
     /// row i of out at out + i * out_stride; m[j], k[j] are the per-column centre and output
-    /// factor. What a kind does not read may be null: x is always read, m by every kind but x,
-    /// g by grad, grad_out and grad_grad, a by grad_grad, k and out by grad_out only.
-    /// Sum s of column j goes to acc[s * acc_stride + j]: assigned (accumulate = false) or added
-    /// to the value there (accumulate = true; lets the caller feed a tile in row pieces with the
-    /// same summation order). Within a column the rows are added in order, one at a time.
+    /// factor. What a kind does not read may be null: x and m are always read, g by grad,
+    /// grad_out and grad_grad, a by grad_grad, k and out by grad_out only. Sum s of column j is
+    /// assigned to acc[s * acc_stride + j]. Within a column the rows are added in order, one
+    /// at a time.
     template <class T, class IO = T>
     struct bn_tile
     {
@@ -68,7 +61,6 @@ namespace xgrad::cpu::simd
         const T* k;
         T* acc;
         std::int64_t acc_stride;
-        bool accumulate;
     };
 
     /// Per-channel state of bn_run: two vector accumulators per sum, at most this many lanes.
@@ -80,8 +72,8 @@ namespace xgrad::cpu::simd
     /// and belongs to the block's channel ci, whose centre and output factor are m[ci], k[ci].
     /// Channel ci's sums use two vector accumulators (whole batches of a segment alternate
     /// between them; a segment's last, partial batch goes to the second), kept in
-    /// state + ci * bn_run_state_size(kind) between segments and calls: `init` zeroes them
-    /// first; `finish` writes sums[ci * K + s] (the two added, then their lanes pairwise).
+    /// state + ci * bn_run_state_size(kind) between segments, starting from zero; at the end
+    /// sums[ci * K + s] is assigned (the two added, then their lanes pairwise).
     /// See kernels.cpp for the error bound.
     template <class T, class IO = T>
     struct bn_run
@@ -96,7 +88,6 @@ namespace xgrad::cpu::simd
         const T* m;
         const T* k;
         T* state;
-        bool init, finish;
         T* sums;
     };
 
@@ -161,7 +152,8 @@ namespace xgrad::cpu::simd
 #define XGRAD_CPU_BN_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                    \
     XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, float)                                                     \
     XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double, double)                                                   \
-    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, xgrad::bfloat16_t)
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, xgrad::bfloat16_t)                                         \
+    XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float, xgrad::float16_t)
 
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)

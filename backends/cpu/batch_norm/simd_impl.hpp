@@ -107,6 +107,38 @@ namespace xgrad::cpu::simd
         {
             if constexpr (std::is_same_v<IO, T>)
                 return load<Arch, T, Tail>(p, rem);
+            else if constexpr (std::is_same_v<IO, float16_t>)
+            {
+                // float16: the F16C conversion (exact; a signalling NaN comes out quiet, as
+                // xgrad::to_float gives), 16 lanes with a masked tail at AVX-512; at SSE2, which
+                // has no F16C, xgrad::to_float per lane.
+                static_assert(std::is_same_v<T, float>, "float16 tensors with float arithmetic");
+                constexpr std::int64_t w = lanes<Arch, T>;
+                if constexpr (is_avx512<Arch>)
+                {
+                    const __m256i h = Tail ? _mm256_maskz_loadu_epi16(static_cast<__mmask16>(first_lanes<Arch>(rem)), p)
+                                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+                    return batch<Arch, T>(_mm512_cvtph_ps(h));
+                }
+                else if constexpr (w == 8)
+                {
+                    alignas(16) std::uint16_t buf[8] = {};
+                    const void* u = p;
+                    if constexpr (Tail)
+                    {
+                        __builtin_memcpy(buf, p, static_cast<unsigned long>(rem) * sizeof(IO));
+                        u = buf;
+                    }
+                    return batch<Arch, T>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u))));
+                }
+                else
+                {
+                    alignas(16) float buf[4] = {};
+                    for (std::int64_t j = 0; j < (Tail ? rem : 4); ++j)
+                        buf[j] = xgrad::to_float(p[j]);
+                    return batch<Arch, T>::load_aligned(buf);
+                }
+            }
             else
             {
                 static_assert(std::is_same_v<T, float> && sizeof(IO) == 2, "bfloat16 tensors with float arithmetic");
@@ -145,6 +177,40 @@ namespace xgrad::cpu::simd
         {
             if constexpr (std::is_same_v<IO, T>)
                 store<Arch, T, Tail>(p, v, rem);
+            else if constexpr (std::is_same_v<IO, float16_t>)
+            {
+                // Rounded to nearest even whatever MXCSR says (the immediate), NaNs quiet with
+                // sign and top payload kept, as xgrad::to_float16 rounds; at SSE2 that function
+                // per lane.
+                constexpr std::int64_t w = lanes<Arch, T>;
+                if constexpr (is_avx512<Arch>)
+                {
+                    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+                    if constexpr (Tail)
+                        _mm256_mask_storeu_epi16(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), h);
+                    else
+                        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+                }
+                else if constexpr (w == 8)
+                {
+                    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+                    if constexpr (Tail)
+                    {
+                        alignas(16) std::uint16_t buf[8];
+                        _mm_store_si128(reinterpret_cast<__m128i*>(buf), h);
+                        __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
+                    }
+                    else
+                        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+                }
+                else
+                {
+                    alignas(16) float buf[4];
+                    v.store_aligned(buf);
+                    for (std::int64_t j = 0; j < (Tail ? rem : 4); ++j)
+                        p[j] = xgrad::to_float16(buf[j]);
+                }
+            }
             else if constexpr (is_avx512<Arch>)
             {
                 const __m512i x = _mm512_castps_si512(v);
@@ -243,8 +309,6 @@ namespace xgrad::cpu::simd
         /// Which operands a kind reads (constants, not functions: nothing to share between the
         /// instruction-set units).
         template <bn_sums K>
-        constexpr bool reads_m = K != bn_sums::x;
-        template <bn_sums K>
         constexpr bool reads_g = K == bn_sums::grad || K == bn_sums::grad_out || K == bn_sums::grad_grad;
         template <bn_sums K>
         constexpr bool reads_a = K == bn_sums::grad_grad;
@@ -256,9 +320,7 @@ namespace xgrad::cpu::simd
         void add_terms(batch<Arch, T>* acc, const batch<Arch, T>& x, const batch<Arch, T>& g, const batch<Arch, T>& a,
                        const batch<Arch, T>& m) noexcept
         {
-            if constexpr (Kind == bn_sums::x)
-                acc[0] += x;
-            else if constexpr (Kind == bn_sums::centred)
+            if constexpr (Kind == bn_sums::centred)
             {
                 const batch<Arch, T> d = x - m;
                 acc[0] += d;
@@ -353,7 +415,7 @@ namespace xgrad::cpu::simd
                 else
                     acc[s] = load<Arch, T, Tail>(t.acc + s * t.acc_stride + j, rem);
             });
-            const B m = reads_m<Kind> ? load<Arch, T, Tail>(t.m + j, rem) : B(T(0));
+            const B m = load<Arch, T, Tail>(t.m + j, rem);
             const B k = Kind == bn_sums::grad_out ? load<Arch, T, Tail>(t.k + j, rem) : B(T(0));
             unroll<Arch, NR>::apply([&](auto ri) {
                 const std::int64_t r = row + decltype(ri)::value;
@@ -401,9 +463,9 @@ namespace xgrad::cpu::simd
                 constexpr bool tail = Tail && b == NB - 1;
                 unroll<Arch, K>::apply([&](auto si) {
                     constexpr int s = decltype(si)::value;
-                    acc[b][s] = t.accumulate ? load<Arch, T, tail>(t.acc + s * t.acc_stride + b * w, rem) : B(T(0));
+                    acc[b][s] = B(T(0));
                 });
-                m[b] = reads_m<Kind> ? load<Arch, T, tail>(t.m + b * w, rem) : B(T(0));
+                m[b] = load<Arch, T, tail>(t.m + b * w, rem);
                 k[b] = Kind == bn_sums::grad_out ? load<Arch, T, tail>(t.k + b * w, rem) : B(T(0));
             });
             for (std::int64_t r = 0; r < t.nrows; ++r)
@@ -468,16 +530,12 @@ namespace xgrad::cpu::simd
         {
             if (t.nrows <= 0 || tile_in_registers<Kind, Arch, T>(t))
                 return;
-            std::int64_t r = 0;
-            if (!t.accumulate)
-            {
-                tile_rows<Kind, true, 1, Arch, T>(t, 0, 1);
-                r = 1;
-            }
-            // Four rows per accumulator load and store, then the last few one at a time.
+            // The first row assigns the accumulators; then four rows per accumulator load and
+            // store, then the last few one at a time.
+            tile_rows<Kind, true, 1, Arch, T>(t, 0, 1);
             constexpr int NR = 4;
-            const std::int64_t whole = r + (t.nrows - r) / NR * NR;
-            tile_rows<Kind, false, NR, Arch, T>(t, r, whole);
+            const std::int64_t whole = 1 + (t.nrows - 1) / NR * NR;
+            tile_rows<Kind, false, NR, Arch, T>(t, 1, whole);
             tile_rows<Kind, false, 1, Arch, T>(t, whole, t.nrows);
         }
 
@@ -534,10 +592,9 @@ namespace xgrad::cpu::simd
             constexpr std::int64_t state = 2 * sum_count<Kind> * bn_state_lanes;
             static_assert(w <= bn_state_lanes, "bn_state_lanes too small for this architecture");
             const B zero(T(0));
-            if (r.init)
-                for (std::int64_t ci = 0; ci < r.nc; ++ci)
-                    for (int s = 0; s < 2 * K; ++s)
-                        zero.store_unaligned(r.state + ci * state + s * bn_state_lanes);
+            for (std::int64_t ci = 0; ci < r.nc; ++ci)
+                for (int s = 0; s < 2 * K; ++s)
+                    zero.store_unaligned(r.state + ci * state + s * bn_state_lanes);
             const auto keep = !lanes_from<Arch, T>(r.n % w); // the lanes of a padded last batch
             for (std::int64_t o = 0; o < r.no; ++o)
                 for (std::int64_t ci = 0; ci < r.nc; ++ci)
@@ -549,7 +606,7 @@ namespace xgrad::cpu::simd
                         acc0[s] = B::load_unaligned(st + s * bn_state_lanes);
                         acc1[s] = B::load_unaligned(st + (K + s) * bn_state_lanes);
                     });
-                    const B m = reads_m<Kind> ? B(r.m[ci]) : zero;
+                    const B m(r.m[ci]);
                     const B k = Kind == bn_sums::grad_out ? B(r.k[ci]) : zero;
                     const std::int64_t base = o * r.o_stride + ci * r.c_stride;
                     run_segment<Kind, Arch, T, IO>(r, base, acc0, acc1, m, k, keep);
@@ -559,17 +616,16 @@ namespace xgrad::cpu::simd
                         acc1[s].store_unaligned(st + (K + s) * bn_state_lanes);
                     });
                 }
-            if (r.finish)
-                for (std::int64_t ci = 0; ci < r.nc; ++ci)
+            for (std::int64_t ci = 0; ci < r.nc; ++ci)
+            {
+                const T* st = r.state + ci * state;
+                for (int s = 0; s < K; ++s)
                 {
-                    const T* st = r.state + ci * state;
-                    for (int s = 0; s < K; ++s)
-                    {
-                        const B sum = B::load_unaligned(st + s * bn_state_lanes) +
-                                      B::load_unaligned(st + (K + s) * bn_state_lanes);
-                        r.sums[ci * K + s] = combine_lanes<Arch, T>(sum);
-                    }
+                    const B sum = B::load_unaligned(st + s * bn_state_lanes) +
+                                  B::load_unaligned(st + (K + s) * bn_state_lanes);
+                    r.sums[ci * K + s] = combine_lanes<Arch, T>(sum);
                 }
+            }
         }
 
         /// A coefficient of bn_affine: per element (PerElem) or one broadcast value.
@@ -733,7 +789,6 @@ namespace xgrad::cpu::simd
     {
         switch (kind)
         {
-        case bn_sums::x: return bn_impl::tile<bn_sums::x, Arch, T, IO>(*tile);
         case bn_sums::centred: return bn_impl::tile<bn_sums::centred, Arch, T, IO>(*tile);
         case bn_sums::grad: return bn_impl::tile<bn_sums::grad, Arch, T, IO>(*tile);
         case bn_sums::grad_out: return bn_impl::tile<bn_sums::grad_out, Arch, T, IO>(*tile);
@@ -746,7 +801,6 @@ namespace xgrad::cpu::simd
     {
         switch (kind)
         {
-        case bn_sums::x: return bn_impl::run<bn_sums::x, Arch, T, IO>(*run);
         case bn_sums::centred: return bn_impl::run<bn_sums::centred, Arch, T, IO>(*run);
         case bn_sums::grad: return bn_impl::run<bn_sums::grad, Arch, T, IO>(*run);
         case bn_sums::grad_out: return bn_impl::run<bn_sums::grad_out, Arch, T, IO>(*run);

@@ -2,8 +2,7 @@
 // Internal to the CPU backend: the threaded walks of the fast batch-norm kernels
 // (kernels.cpp): the per-channel reductions and the elementwise affine outputs over an
 // [outer, C, inner] tensor (or a block of its channels), in the work items of
-// plan.hpp, calling the SIMD functors of simd.hpp on pointers that
-// operands (convert.hpp) hands out: the tensors themselves, or staged float pieces.
+// plan.hpp, calling the SIMD functors of simd.hpp on the tensors themselves (operands.hpp).
 // Kept apart from the kernels, which only say what each one computes.
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +11,7 @@
 
 #include <emmintrin.h> // _mm_sfence
 
-#include "backends/cpu/batch_norm/convert.hpp"
+#include "backends/cpu/batch_norm/operands.hpp"
 #include "backends/cpu/batch_norm/plan.hpp"
 #include "backends/cpu/batch_norm/simd.hpp"
 #include "backends/cpu/dispatch.hpp"
@@ -28,10 +27,9 @@ namespace xgrad::cpu::bn_detail
     // kind does not read them); out: the output of kind grad_out (out = g * k[c]), else null.
 
     template <class T, class S>
-    void reduce_tiles(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
-                      const output_operand<T, S>* out, S* sums)
+    void reduce_tiles(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k, T* out,
+                      S* sums)
     {
-        using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
         const std::int64_t G = geo.groups, inner = geo.inner, C = geo.C, cols = geo.cols, cb = geo.cb, rs = geo.rstride;
         const std::int64_t B = geo.blocks_per_item, groups_of_blocks = (geo.row_blocks + B - 1) / B;
@@ -42,8 +40,6 @@ namespace xgrad::cpu::bn_detail
                          const std::int64_t gpb = cb / inner; // groups per column block
                          std::vector<S> acc(static_cast<std::size_t>(K * cb)), mcol(static_cast<std::size_t>(cb)),
                              kcol(static_cast<std::size_t>(cb)), blocks(static_cast<std::size_t>(B * K * gpb));
-                         const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                         typename operands<T, S>::scratch scr(sub_rows * cb);
                          for (std::int64_t item = begin; item < end; ++item)
                          {
                              const std::int64_t gb = item / geo.col_blocks, cbi = item % geo.col_blocks;
@@ -63,30 +59,22 @@ namespace xgrad::cpu::bn_detail
                                      std::fill(bp + s * ng + nvg, bp + s * ng + ng, S(0));
                                  if (t.nvalid == 0)
                                      continue;
-                                 const std::int64_t base = t.r0 * rs + t.j0;
-                                 const std::int64_t step = io.staged() ? sub_rows : t.nr;
-                                 for (std::int64_t r = 0; r < t.nr; r += step)
-                                 {
-                                     const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
-                                     const auto in = io.begin(scr, off, rows, t.nvalid, rs);
-                                     simd::bn_tile<S, P> tile{};
-                                     tile.x = in.x;
-                                     tile.g = in.g;
-                                     tile.a = in.a;
-                                     tile.y = in.y;
-                                     tile.out = out ? out->begin(scr, off, t.nvalid, rs).out : nullptr;
-                                     tile.in_stride = tile.out_stride = in.stride;
-                                     tile.nrows = rows;
-                                     tile.ncols = t.nvalid;
-                                     tile.m = mcol.data();
-                                     tile.k = kcol.data();
-                                     tile.acc = acc.data();
-                                     tile.acc_stride = cb;
-                                     tile.accumulate = r > 0;
-                                     simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, P>*>(&tile), kind);
-                                     if (out)
-                                         out->finish(scr, off, rows, t.nvalid, rs);
-                                 }
+                                 const std::int64_t off = t.r0 * rs + t.j0;
+                                 const operands<T, S> in = io.at(off);
+                                 simd::bn_tile<S, T> tile{};
+                                 tile.x = in.x;
+                                 tile.g = in.g;
+                                 tile.a = in.a;
+                                 tile.y = in.y;
+                                 tile.out = out ? out + off : nullptr;
+                                 tile.in_stride = tile.out_stride = rs;
+                                 tile.nrows = t.nr;
+                                 tile.ncols = t.nvalid;
+                                 tile.m = mcol.data();
+                                 tile.k = kcol.data();
+                                 tile.acc = acc.data();
+                                 tile.acc_stride = cb;
+                                 simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, T>*>(&tile), kind);
                                  for (int s = 0; s < K; ++s)
                                  {
                                      const S* a = acc.data() + s * cb;
@@ -110,10 +98,9 @@ namespace xgrad::cpu::bn_detail
     }
 
     template <class T, class S>
-    void reduce_runs(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
-                     const output_operand<T, S>* out, S* sums)
+    void reduce_runs(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k, T* out,
+                     S* sums)
     {
-        using P = typename operands<T, S>::ptr_type;
         const int K = simd::bn_sum_count(kind);
         const std::int64_t C = geo.C, ipc = geo.items_per_channel, o_stride = geo.ostride;
         // partial[(c * ipc + q) * K + s]
@@ -122,38 +109,27 @@ namespace xgrad::cpu::bn_detail
                      [&](std::int64_t begin, std::int64_t end) {
                          std::vector<S> state(static_cast<std::size_t>(geo.run_cb * simd::bn_run_state_size(kind))),
                              local(static_cast<std::size_t>(geo.run_cb * K));
-                         typename operands<T, S>::scratch scr(std::max(run_span, run_item));
                          for (std::int64_t item = begin; item < end; ++item)
                          {
                              const auto b = geo.run_block(item);
-                             const std::int64_t base = b.o0 * o_stride + b.c0 * geo.inner + b.i0;
-                             // In place: one call. Staged: one outer index (nc segments) at a time.
-                             const std::int64_t step = io.staged() ? 1 : b.no;
-                             for (std::int64_t o = 0; o < b.no; o += step)
-                             {
-                                 const std::int64_t off = base + o * o_stride;
-                                 simd::bn_run<S, P> run{};
-                                 run.o_stride = o_stride;
-                                 run.nc = b.nc;
-                                 run.n = b.n;
-                                 run.m = m ? m + b.c0 : nullptr;
-                                 run.k = k ? k + b.c0 : nullptr;
-                                 run.state = state.data();
-                                 run.sums = local.data();
-                                 const auto in = io.begin(scr, off, b.nc, b.n, geo.inner);
-                                 run.x = in.x;
-                                 run.g = in.g;
-                                 run.a = in.a;
-                                 run.y = in.y;
-                                 run.out = out ? out->begin(scr, off, b.n, geo.inner).out : nullptr;
-                                 run.c_stride = in.stride;
-                                 run.no = step;
-                                 run.init = o == 0;
-                                 run.finish = o + step == b.no;
-                                 simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, P>*>(&run), kind);
-                                 if (out)
-                                     out->finish(scr, off, b.nc, b.n, geo.inner);
-                             }
+                             const std::int64_t off = b.o0 * o_stride + b.c0 * geo.inner + b.i0;
+                             const operands<T, S> in = io.at(off);
+                             simd::bn_run<S, T> run{};
+                             run.o_stride = o_stride;
+                             run.c_stride = geo.inner;
+                             run.nc = b.nc;
+                             run.no = b.no;
+                             run.n = b.n;
+                             run.m = m ? m + b.c0 : nullptr;
+                             run.k = k ? k + b.c0 : nullptr;
+                             run.state = state.data();
+                             run.sums = local.data();
+                             run.x = in.x;
+                             run.g = in.g;
+                             run.a = in.a;
+                             run.y = in.y;
+                             run.out = out ? out + off : nullptr;
+                             simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, T>*>(&run), kind);
                              for (std::int64_t ci = 0; ci < b.nc; ++ci)
                                  for (int s = 0; s < K; ++s)
                                      partial[static_cast<std::size_t>(((b.c0 + ci) * ipc + b.q) * K + s)] =
@@ -167,7 +143,7 @@ namespace xgrad::cpu::bn_detail
 
     template <class T, class S>
     std::vector<S> reduce_impl(const geometry& geo, bn_sums kind, const operands<T, S>& io, const S* m, const S* k,
-                               const output_operand<T, S>* out)
+                               T* out)
     {
         std::vector<S> sums(static_cast<std::size_t>(simd::bn_sum_count(kind) * geo.C), S(0));
         if (geo.numel == 0)
@@ -189,10 +165,9 @@ namespace xgrad::cpu::bn_detail
 
     /// The sums of kind grad_out (centre m[c]), writing out = g * k[c] in the same pass.
     template <class T, class S>
-    std::vector<S> reduce_writing(const geometry& geo, const operands<T, S>& io, const S* m, const S* k,
-                                  const output_operand<T, S>& out)
+    std::vector<S> reduce_writing(const geometry& geo, const operands<T, S>& io, const S* m, const S* k, T* out)
     {
-        return reduce_impl<T, S>(geo, bn_sums::grad_out, io, m, k, &out);
+        return reduce_impl<T, S>(geo, bn_sums::grad_out, io, m, k, out);
     }
 
     // ---------------------------------------------------------------------------------
@@ -219,9 +194,7 @@ namespace xgrad::cpu::bn_detail
         bool need_a = false, need_g = false, need_x = false;
         for (int o = 0; o < nouts; ++o)
             need_a |= outs[o].a, need_g |= outs[o].g, need_x |= outs[o].x;
-        // Inputs converted once per piece for every output; each output written back itself.
-        const bool f16c = io.f16c;
-        const operands<T, S> in = operands<T, S>(f16c)
+        const operands<T, S> in = operands<T, S>{}
                                       .with_x(need_x ? io.x : nullptr)
                                       .with_g(need_g ? io.g : nullptr, need_g ? io.y : nullptr)
                                       .with_a(need_a ? io.a : nullptr);
@@ -233,23 +206,19 @@ namespace xgrad::cpu::bn_detail
                                      : line(geo.inner) && (geo.chunks == 1 || line(geo.chunk_len));
         bool streaming = false;
         for (int o = 0; o < nouts; ++o)
-            streaming |= outs[o].stream && lines && !in.staged();
+            streaming |= outs[o].stream && lines;
         // Non-temporal stores are weakly ordered: fence them before the chunk ends (the
         // thread pool's join then publishes them).
         const auto fence = [streaming] {
             if (streaming)
                 _mm_sfence();
         };
-        // pin: the inputs as in.begin handed them out (scratch when staged, else the tensors).
-        using P = typename operands<T, S>::ptr_type;
-        using in_piece = typename operands<T, S>::piece;
-        auto call = [&](const affine_out<T, S>& o, typename operands<T, S>::scratch& scr, std::int64_t offset,
-                        std::int64_t rows, std::int64_t n, std::int64_t stride, const in_piece& pin,
-                        const S* const* coef, std::int64_t coef_stride, std::int64_t coef_row_stride) {
-            const output_operand<T, S> out{o.out, f16c};
-            const auto pout = out.begin(scr, offset, n, stride);
-            simd::bn_affine<S, P> p{};
-            p.out = pout.out;
+        // pin: the inputs advanced to the piece's first element.
+        auto call = [&](const affine_out<T, S>& o, std::int64_t offset, std::int64_t rows, std::int64_t n,
+                        std::int64_t stride, const operands<T, S>& pin, const S* const* coef, std::int64_t coef_stride,
+                        std::int64_t coef_row_stride) {
+            simd::bn_affine<S, T> p{};
+            p.out = o.out + offset;
             p.a = o.a ? pin.a : nullptr;
             p.g = o.g ? pin.g : nullptr;
             p.y = o.g ? pin.y : nullptr;
@@ -260,11 +229,10 @@ namespace xgrad::cpu::bn_detail
             p.coef_row_stride = coef_row_stride;
             p.nrows = rows;
             p.n = n;
-            p.stride = pout.stride;
+            p.stride = stride;
             p.relu = o.relu;
             p.stream = streaming && o.stream;
-            simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S, P>*>(&p));
-            out.finish(scr, offset, rows, n, stride);
+            simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S, T>*>(&p));
         };
 
         if (geo.tiles)
@@ -274,8 +242,6 @@ namespace xgrad::cpu::bn_detail
                          [&](std::int64_t begin, std::int64_t end) {
                              const std::int64_t cb = geo.cb;
                              std::vector<S> cexp(static_cast<std::size_t>(nouts * 7 * cb));
-                             const std::int64_t sub_rows = std::max<std::int64_t>(1, piece / cb);
-                             typename operands<T, S>::scratch scr(sub_rows * cb);
                              for (std::int64_t item = begin; item < end; ++item)
                              {
                                  const auto t = geo.tile_at(item);
@@ -291,15 +257,10 @@ namespace xgrad::cpu::bn_detail
                                                     [&](std::int64_t j, std::int64_t c) { e[j] = src[c]; });
                                          coef[o][q] = e;
                                      }
-                                 const std::int64_t base = t.r0 * rs + t.j0;
-                                 const std::int64_t step = in.staged() ? sub_rows : t.nr;
-                                 for (std::int64_t r = 0; r < t.nr; r += step)
-                                 {
-                                     const std::int64_t rows = std::min(step, t.nr - r), off = base + r * rs;
-                                     const in_piece pin = in.begin(scr, off, rows, t.nvalid, rs);
-                                     for (int o = 0; o < nouts; ++o)
-                                         call(outs[o], scr, off, rows, t.nvalid, rs, pin, coef[o], 1, 0);
-                                 }
+                                 const std::int64_t off = t.r0 * rs + t.j0;
+                                 const operands<T, S> pin = in.at(off);
+                                 for (int o = 0; o < nouts; ++o)
+                                     call(outs[o], off, t.nr, t.nvalid, rs, pin, coef[o], 1, 0);
                              }
                              fence();
                          });
@@ -307,7 +268,6 @@ namespace xgrad::cpu::bn_detail
         }
         parallel_for(0, geo.run_items(), std::max<std::int64_t>(1, grain / geo.run_item_elems()),
                      [&](std::int64_t begin, std::int64_t end) {
-                         typename operands<T, S>::scratch scr(std::max(run_span, run_item));
                          for (std::int64_t item = begin; item < end; ++item)
                          {
                              const auto b = geo.run_block(item);
@@ -316,13 +276,13 @@ namespace xgrad::cpu::bn_detail
                                  // The no segments of one channel (one row per outer index, all
                                  // with the channel's coefficients): one call, not one per segment.
                                  const std::int64_t off = b.o0 * geo.ostride + (b.c0 + ci) * geo.inner + b.i0;
-                                 const in_piece pin = in.begin(scr, off, b.no, b.n, geo.ostride);
+                                 const operands<T, S> pin = in.at(off);
                                  for (int q = 0; q < nouts; ++q)
                                  {
                                      const S* coef[7];
                                      for (int k = 0; k < 7; ++k)
                                          coef[k] = outs[q].coef + k * C + b.c0 + ci;
-                                     call(outs[q], scr, off, b.no, b.n, geo.ostride, pin, coef, 0, 0);
+                                     call(outs[q], off, b.no, b.n, geo.ostride, pin, coef, 0, 0);
                                  }
                              }
                          }

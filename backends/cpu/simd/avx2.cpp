@@ -1,7 +1,6 @@
 // The SIMD inner loops compiled for AVX2 + FMA: the functors of the fast kernels
 // (simd/kernels_impl.hpp) and of the batch-norm kernels (batch_norm/simd_impl.hpp), plus F16C
-// bulk float16 <-> float32 conversion (which batch_norm/convert.cpp also calls on the batch-norm
-// kernels' cache-resident pieces). Only this file is built with -mavx2 -mfma -mf16c (plus -O2 in
+// bulk float16 <-> float32 conversion (for the copy kernel). Only this file is built with -mavx2 -mfma -mf16c (plus -O2 in
 // every configuration; see CMakeLists.txt); the fast kernels call into it only after checking
 // the processor at run time (simd/level.cpp, simd_call in dispatch.hpp), so the library still
 // runs on any x86-64 processor.

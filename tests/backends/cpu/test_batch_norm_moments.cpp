@@ -86,8 +86,8 @@ namespace
         const std::vector<T> scale(C, T(1)), offset(C, T(0));
         const auto& k = cpu::fast_kernels();
         k.bn_moments(mean.data(), var.data(), x.data(), dtype_of_v<T>, outer, C, inner);
-        k.bn_forward_training(y.data(), f_mean.data(), f_var.data(), x.data(), scale.data(), offset.data(), 1e-3,
-                              false, dtype_of_v<T>, outer, C, inner);
+        k.bn_forward_training(y.data(), f_mean.data(), f_var.data(), x.data(), scale.data(), offset.data(), 1e-3, false,
+                              dtype_of_v<T>, outer, C, inner);
         const double u = sizeof(T) == 4 ? 0x1p-24 : 0x1p-53;
         const double D = 148 + std::ceil(std::log2(static_cast<double>(R)));
         for (i64 c = 0; c < C; ++c)
@@ -100,14 +100,15 @@ namespace
             for (i64 kk = 0; kk < R; ++kk)
             {
                 const long double e =
-                    static_cast<long double>(x[static_cast<std::size_t>((kk / inner * C + c) * inner + kk % inner)]) - m;
+                    static_cast<long double>(x[static_cast<std::size_t>((kk / inner * C + c) * inner + kk % inner)]) -
+                    m;
                 sq += e * e;
             }
             const double want_mean = static_cast<double>(m), want_var = static_cast<double>(sq / R);
             const double mean_tol = (D + 3) * u * std::sqrt(2 * want_var) + 2 * u * std::abs(want_mean);
             const double var_tol = (3 * D + 8) * u * 2 * want_var + u * want_var;
-            INFO(d.name, std::string(channels_last ? " channels-last" : " channels-first"), " channel ", c,
-                 " level ", std::string(cpu::simd_level_name(level)), std::string(sizeof(T) == 4 ? " float32" : " float64"),
+            INFO(d.name, std::string(channels_last ? " channels-last" : " channels-first"), " channel ", c, " level ",
+                 std::string(cpu::simd_level_name(level)), std::string(sizeof(T) == 4 ? " float32" : " float64"),
                  " mean ", want_mean, " var ", want_var);
             for (const auto& [what, got_m, got_v] :
                  {std::tuple{"bn_moments", mean[c], var[c]}, std::tuple{"bn_forward_training", f_mean[c], f_var[c]}})
