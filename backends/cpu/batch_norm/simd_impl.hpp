@@ -704,6 +704,7 @@ namespace xgrad::cpu::simd
             using B = batch<Arch, T>;
             constexpr std::int64_t w = lanes<Arch, T>;
             const std::int64_t rem = p.n - (NB - 1) * w;
+            constexpr bool same_io = std::is_same_v<IO, T>; // streamed stores: tensors of T only
             B c[NB][7];
             unroll<Arch, NB>::apply([&](auto bi) {
                 constexpr int b = decltype(bi)::value;
@@ -728,11 +729,11 @@ namespace xgrad::cpu::simd
                         r = xsimd::fma(c[b][0], B(load_io<Arch, T, tail>(p.a + i, rem) - c[b][1]), r);
                     if (p.relu)
                         r = xsimd::select(r < zero, zero, r);
-                    if constexpr (std::is_same_v<IO, T> && !tail)
-                    {
-                        if (p.stream)
+                    // (same_io is decided outside this generic lambda: clang checks the calls
+                    // of a branch that depends only on the lambda's parameter eagerly.)
+                    if constexpr (same_io)
+                        if (!tail && p.stream)
                             return store_stream<Arch, T>(p.out + i, r);
-                    }
                     store_io<Arch, T, tail>(p.out + i, r, rem);
                 });
             }
