@@ -488,21 +488,23 @@ namespace xgrad::cpu::simd
         }
 
         /// tile_regs for ncols <= NB batches when NB * K accumulators fit the register file
-        /// (32 vector registers with AVX-512, 16 below, leaving room for the operands); false
-        /// when they do not (the caller then keeps the accumulators in memory).
+        /// (32 vector registers with AVX-512: up to 8 batches of two sums, the per-column
+        /// centres and factors then reloaded from the stack; 16 below, leaving room for the
+        /// operands); false when they do not (the caller then keeps the accumulators in memory).
         template <bn_sums Kind, class Arch, class T, class IO>
         bool tile_in_registers(const bn_tile<T, IO>& t) noexcept
         {
             constexpr std::int64_t w = lanes<Arch, T>;
             constexpr int K = sum_count<Kind>;
             constexpr int max_acc = is_avx512<Arch> ? 20 : 8;
+            constexpr int max_nb = is_avx512<Arch> && K == 2 ? 8 : 4;
             const std::int64_t nb = (t.ncols + w - 1) / w;
-            if (nb < 1 || nb > 4 || nb * K > max_acc)
+            if (nb < 1 || nb > max_nb || nb * K > (max_nb == 8 ? 16 : max_acc))
                 return false;
             const bool tail = t.ncols % w != 0;
             auto go = [&](auto nbc) {
                 constexpr int NB = decltype(nbc)::value;
-                if constexpr (NB * K <= max_acc)
+                if constexpr (NB <= max_nb && NB * K <= (max_nb == 8 ? 16 : max_acc))
                 {
                     if (tail)
                         tile_regs<Kind, NB, true, Arch, T>(t);
@@ -515,7 +517,11 @@ namespace xgrad::cpu::simd
             case 1: go(std::integral_constant<int, 1>{}); break;
             case 2: go(std::integral_constant<int, 2>{}); break;
             case 3: go(std::integral_constant<int, 3>{}); break;
-            default: go(std::integral_constant<int, 4>{}); break;
+            case 4: go(std::integral_constant<int, 4>{}); break;
+            case 5: go(std::integral_constant<int, 5>{}); break;
+            case 6: go(std::integral_constant<int, 6>{}); break;
+            case 7: go(std::integral_constant<int, 7>{}); break;
+            default: go(std::integral_constant<int, 8>{}); break;
             }
             return true;
         }

@@ -661,11 +661,13 @@ namespace
             ~budget_guard() { cpu::bn_set_resident_budget(old); }
         } budget;
         std::mt19937_64 gen(seed);
-        // Channels-last with C = 67, 64 and 32 (whole cache lines of channels per block; C * inner
-        // = 32 merges outer indices into rows when the tensor is not blocked), tiles with
-        // inner > 1, runs grouping segments and runs chunking long rows.
-        const shape shapes[] = {{1200, 67, 1}, {3000, 64, 1}, {5000, 32, 1}, {600, 17, 9},
-                                {300, 48, 7},  {300, 3, 100}, {20, 3, 2000}};
+        // Channels-last rows wide enough to be cut into channel blocks (2100 channels: blocks of
+        // 512 float32 channels, the last of 52, whose tiles group their row blocks differently
+        // from the whole tensor's) and narrow ones (C = 67, 64, 32; C * inner = 32 merges outer
+        // indices into rows), tiles with inner > 1, channels-first blocks of single channels
+        // (16 x 40 x 1024 at 1 MiB), runs grouping segments and runs chunking long rows.
+        const shape shapes[] = {{700, 2100, 1}, {1200, 67, 1},  {3000, 64, 1}, {5000, 32, 1}, {600, 17, 9},
+                                {300, 48, 7},   {16, 40, 1024}, {300, 3, 100}, {20, 3, 2000}};
         const std::int64_t budgets[] = {std::int64_t{1} << 12, std::int64_t{1} << 16, std::int64_t{1} << 20,
                                         std::int64_t{1} << 24, std::int64_t{1} << 30};
         for (const auto& s : shapes)
