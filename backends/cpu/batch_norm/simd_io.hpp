@@ -1,0 +1,287 @@
+#pragma once
+// The loads and stores of the batch-norm SIMD functors (simd_impl.hpp), per architecture:
+// whole and partial batches (masked at AVX-512, through a small buffer below), the 16-bit
+// tensor types converted in registers (bfloat16 with integer operations, float16 with F16C or,
+// at SSE2, per lane), and non-temporal stores. Included ONLY by simd_impl.hpp, for the
+// per-instruction-set translation units; the same rule holds: every helper is a template on
+// the architecture (or a constant), so no translation unit can hand its copy to another.
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include <immintrin.h>
+
+#include "backends/cpu/batch_norm/simd.hpp"
+
+namespace xgrad::cpu::simd
+{
+    namespace bn_impl
+    {
+        template <class Arch, class T>
+        using batch = xsimd::batch<T, Arch>;
+
+        template <class Arch, class T>
+        constexpr std::int64_t lanes = static_cast<std::int64_t>(batch<Arch, T>::size);
+
+        /// f(std::integral_constant<int, I>{}) for I = 0 .. N-1, unrolled at compile time (so
+        /// arrays of batches indexed by I stay in registers).
+        template <class Arch, int N>
+        struct unroll
+        {
+            template <class F, int... I>
+            static void run(F& f, std::integer_sequence<int, I...>) noexcept
+            {
+                (f(std::integral_constant<int, I>{}), ...);
+            }
+            template <class F>
+            static void apply(F&& f) noexcept
+            {
+                run(f, std::make_integer_sequence<int, N>{});
+            }
+        };
+
+        /// Whether Arch is an AVX-512 one: tails are then masked loads and stores (no scalar
+        /// loop, no buffer), and bfloat16 is converted 16 lanes at a time.
+        template <class Arch>
+        constexpr bool is_avx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
+
+        /// The mask of the first rem lanes (rem < 16). A template on the architecture, like
+        /// every helper here, so no translation unit can hand its copy to another.
+        template <class Arch>
+        constexpr unsigned first_lanes(std::int64_t rem) noexcept
+        {
+            return (1u << rem) - 1u;
+        }
+
+        /// A full batch at p, or (Tail) the first rem < lanes elements padded with 0.
+        template <class Arch, class T, bool Tail>
+        batch<Arch, T> load(const T* p, std::int64_t rem) noexcept
+        {
+            if constexpr (!Tail)
+                return batch<Arch, T>::load_unaligned(p);
+            else if constexpr (is_avx512<Arch> && std::is_same_v<T, float>)
+                return batch<Arch, T>(_mm512_maskz_loadu_ps(static_cast<__mmask16>(first_lanes<Arch>(rem)), p));
+            else if constexpr (is_avx512<Arch>)
+                return batch<Arch, T>(_mm512_maskz_loadu_pd(static_cast<__mmask8>(first_lanes<Arch>(rem)), p));
+            else
+            {
+                alignas(64) T buf[lanes<Arch, T>];
+                for (std::int64_t j = 0; j < lanes<Arch, T>; ++j)
+                    buf[j] = j < rem ? p[j] : T(0);
+                return batch<Arch, T>::load_aligned(buf);
+            }
+        }
+
+        template <class Arch, class T, bool Tail>
+        void store(T* p, const batch<Arch, T>& v, std::int64_t rem) noexcept
+        {
+            if constexpr (!Tail)
+                v.store_unaligned(p);
+            else if constexpr (is_avx512<Arch> && std::is_same_v<T, float>)
+                _mm512_mask_storeu_ps(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), v);
+            else if constexpr (is_avx512<Arch>)
+                _mm512_mask_storeu_pd(p, static_cast<__mmask8>(first_lanes<Arch>(rem)), v);
+            else
+            {
+                alignas(64) T buf[lanes<Arch, T>];
+                v.store_aligned(buf);
+                for (std::int64_t j = 0; j < rem; ++j)
+                    p[j] = buf[j];
+            }
+        }
+
+        /// load / store for the tensors' own type IO: IO = T as they are; IO = bfloat16 (T =
+        /// float) widened in registers (a bfloat16 is the top half of a float) and rounded back
+        /// to nearest even with xgrad::to_bfloat16's rules (NaN -> (u >> 16) | 0x40, quiet, sign
+        /// and top payload kept; else (u + 0x7fff + ((u >> 16) & 1)) >> 16).
+        template <class Arch, class T, bool Tail, class IO>
+        batch<Arch, T> load_io(const IO* p, std::int64_t rem) noexcept
+        {
+            if constexpr (std::is_same_v<IO, T>)
+                return load<Arch, T, Tail>(p, rem);
+            else if constexpr (std::is_same_v<IO, float16_t>)
+            {
+                // float16: the F16C conversion (exact; a signalling NaN comes out quiet, as
+                // xgrad::to_float gives), 16 lanes with a masked tail at AVX-512; at SSE2, which
+                // has no F16C, xgrad::to_float per lane.
+                static_assert(std::is_same_v<T, float>, "float16 tensors with float arithmetic");
+                constexpr std::int64_t w = lanes<Arch, T>;
+                if constexpr (is_avx512<Arch>)
+                {
+                    const __m256i h = Tail ? _mm256_maskz_loadu_epi16(static_cast<__mmask16>(first_lanes<Arch>(rem)), p)
+                                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+                    return batch<Arch, T>(_mm512_cvtph_ps(h));
+                }
+                else if constexpr (w == 8)
+                {
+                    alignas(16) std::uint16_t buf[8] = {};
+                    const void* u = p;
+                    if constexpr (Tail)
+                    {
+                        __builtin_memcpy(buf, p, static_cast<unsigned long>(rem) * sizeof(IO));
+                        u = buf;
+                    }
+                    return batch<Arch, T>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u))));
+                }
+                else
+                {
+                    alignas(16) float buf[4] = {};
+                    for (std::int64_t j = 0; j < (Tail ? rem : 4); ++j)
+                        buf[j] = xgrad::to_float(p[j]);
+                    return batch<Arch, T>::load_aligned(buf);
+                }
+            }
+            else
+            {
+                static_assert(std::is_same_v<T, float> && sizeof(IO) == 2, "bfloat16 tensors with float arithmetic");
+                constexpr std::int64_t w = lanes<Arch, T>;
+                if constexpr (is_avx512<Arch>)
+                {
+                    const __m256i h = Tail ? _mm256_maskz_loadu_epi16(static_cast<__mmask16>(first_lanes<Arch>(rem)), p)
+                                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+                    return batch<Arch, T>(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+                }
+                else
+                {
+                    const void* u = p;
+                    alignas(64) std::uint16_t buf[8] = {};
+                    if constexpr (Tail)
+                    {
+                        __builtin_memcpy(buf, p, static_cast<unsigned long>(rem) * sizeof(IO));
+                        u = buf;
+                    }
+                    if constexpr (w == 8)
+                    {
+                        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+                        return batch<Arch, T>(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+                    }
+                    else
+                    {
+                        const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(u));
+                        return batch<Arch, T>(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
+                    }
+                }
+            }
+        }
+
+        template <class Arch, class T, bool Tail, class IO>
+        void store_io(IO* p, const batch<Arch, T>& v, std::int64_t rem) noexcept
+        {
+            if constexpr (std::is_same_v<IO, T>)
+                store<Arch, T, Tail>(p, v, rem);
+            else if constexpr (std::is_same_v<IO, float16_t>)
+            {
+                // Rounded to nearest even whatever MXCSR says (the immediate), NaNs quiet with
+                // sign and top payload kept, as xgrad::to_float16 rounds; at SSE2 that function
+                // per lane.
+                constexpr std::int64_t w = lanes<Arch, T>;
+                if constexpr (is_avx512<Arch>)
+                {
+                    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+                    if constexpr (Tail)
+                        _mm256_mask_storeu_epi16(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), h);
+                    else
+                        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+                }
+                else if constexpr (w == 8)
+                {
+                    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+                    if constexpr (Tail)
+                    {
+                        alignas(16) std::uint16_t buf[8];
+                        _mm_store_si128(reinterpret_cast<__m128i*>(buf), h);
+                        __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
+                    }
+                    else
+                        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+                }
+                else
+                {
+                    alignas(16) float buf[4];
+                    v.store_aligned(buf);
+                    for (std::int64_t j = 0; j < (Tail ? rem : 4); ++j)
+                        p[j] = xgrad::to_float16(buf[j]);
+                }
+            }
+            else if constexpr (is_avx512<Arch>)
+            {
+                const __m512i x = _mm512_castps_si512(v);
+                const __m512i hi = _mm512_srli_epi32(x, 16);
+                const __m512i rounded =
+                    _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
+                                                       _mm512_and_si512(hi, _mm512_set1_epi32(1))),
+                                      16);
+                const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                              _mm512_set1_epi32(0x7f800000));
+                const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+                const __m256i packed = _mm512_cvtepi32_epi16(r); // every lane fits in 16 bits
+                if constexpr (Tail)
+                    _mm256_mask_storeu_epi16(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), packed);
+                else
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+            }
+            else
+            {
+                constexpr std::int64_t w = lanes<Arch, T>;
+                alignas(64) std::uint16_t buf[8];
+                void* u = Tail ? static_cast<void*>(buf) : static_cast<void*>(p);
+                if constexpr (w == 8)
+                {
+                    const __m256i x = _mm256_castps_si256(v);
+                    const __m256i hi = _mm256_srli_epi32(x, 16);
+                    const __m256i rounded =
+                        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                                           _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                                          16);
+                    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                                           _mm256_set1_epi32(0x7f800000));
+                    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+                    // packus works within each 128-bit lane: take the low 64 bits of both lanes.
+                    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm256_castsi256_si128(packed));
+                }
+                else
+                {
+                    const __m128i x = _mm_castps_si128(v);
+                    const __m128i hi = _mm_srli_epi32(x, 16);
+                    const __m128i rounded = _mm_srli_epi32(
+                        _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))),
+                        16);
+                    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)),
+                                                        _mm_set1_epi32(0x7f800000));
+                    const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(hi, _mm_set1_epi32(0x40))),
+                                                   _mm_andnot_si128(nan, rounded));
+                    // Sign-extend the 16-bit results so the signed saturating pack keeps their bits.
+                    const __m128i packed = _mm_packs_epi32(_mm_srai_epi32(_mm_slli_epi32(r, 16), 16), r);
+                    _mm_storel_epi64(reinterpret_cast<__m128i*>(u), packed);
+                }
+                if constexpr (Tail)
+                    __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
+            }
+        }
+
+        /// A full batch stored at p with a non-temporal store when p is batch-aligned (else an
+        /// ordinary store).
+        template <class Arch, class T>
+        void store_stream(T* p, const batch<Arch, T>& v) noexcept
+        {
+            constexpr std::size_t bytes = sizeof(T) * static_cast<std::size_t>(lanes<Arch, T>);
+            if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
+                return v.store_unaligned(p);
+            if constexpr (bytes == 64 && std::is_same_v<T, float>)
+                _mm512_stream_ps(p, v);
+            else if constexpr (bytes == 64)
+                _mm512_stream_pd(p, v);
+            else if constexpr (bytes == 32 && std::is_same_v<T, float>)
+                _mm256_stream_ps(p, v);
+            else if constexpr (bytes == 32)
+                _mm256_stream_pd(p, v);
+            else if constexpr (bytes == 16 && std::is_same_v<T, float>)
+                _mm_stream_ps(p, v);
+            else if constexpr (bytes == 16)
+                _mm_stream_pd(p, v);
+            else
+                v.store_unaligned(p);
+        }
+    }
+}
