@@ -23,7 +23,7 @@ namespace xgrad::cpu::detail
     constexpr std::int64_t grain = 32768;
 
     /// Whether copies may use the F16C float16 <-> float32 conversions (simd/kernels.hpp): the
-    /// processor has F16C and the level in use is avx2_fma or above. Defined in simd/level.cpp.
+    /// level in use is avx2_fma or above (which simd/level.cpp grants only with F16C).
     bool use_f16c() noexcept;
 
     /// Bulk float32 <-> float16 with the conversion instructions (call only when use_f16c()):

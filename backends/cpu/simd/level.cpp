@@ -21,12 +21,6 @@ namespace xgrad::cpu
     {
         std::atomic<simd_level> g_limit{simd_level_max};
 
-        bool processor_has_f16c() noexcept
-        {
-            unsigned a = 0, b = 0, c = 0, d = 0;
-            return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-        }
-
         /// XCR0, the register state the OS saves on context switches (0 without OSXSAVE).
         unsigned os_saved_state() noexcept
         {
@@ -63,8 +57,8 @@ namespace xgrad::cpu
 
     bool detail::use_f16c() noexcept
     {
-        static const bool has_f16c = processor_has_f16c();
-        return has_f16c && simd_level_in_use() >= simd_level::avx2_fma;
+        // Both levels are granted only with F16C (has_avx2_fma).
+        return simd_level_in_use() >= simd_level::avx2_fma;
     }
 
     void detail::f32_to_f16_hw(std::uint16_t* out, const float* x, std::int64_t n) noexcept
