@@ -11,10 +11,15 @@
 // at each level against the triad probe; and one AdamW optimizer step on a parameter of the
 // same size, fused (one kernel pass, in place) against the composite rule (set_fused(false):
 // a dozen elementwise ops, each a pass with a temporary).
+//
+// Max pooling: the 2x2, stride-2 max_pool2d kernel over a [64, 64, 64, 64] float32 image (2^24
+// elements) in NCHW and in NHWC, at each level; it reads x once and writes a quarter as many
+// maxima and int64 positions (1.75 x's bytes in all), against the copy probe.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
@@ -193,6 +198,46 @@ namespace
         set_bytes(state, 7);
     }
 
+    // --- max pooling -----------------------------------------------------------------------
+    /// range(0): SIMD level; range(1): 0 NCHW, 1 NHWC.
+    void xgrad_max_pool2d(benchmark::State& state)
+    {
+        const auto& k = with_level(state);
+        const bool channels_last = state.range(1) == 1;
+        state.SetLabel(std::string(cpu::simd_level_name(cpu::simd_level_in_use())) +
+                       (channels_last ? " NHWC" : " NCHW"));
+        auto& d = data();
+        constexpr std::int64_t side = 64, half = side / 2; // n = c = h = w = 64
+        static std::vector<float> out(static_cast<std::size_t>(n / 4));
+        static std::vector<std::int64_t> idx(static_cast<std::size_t>(n / 4));
+        // (n, c, h, w) strides of x and of the outputs in either layout.
+        const std::int64_t xs[4] = {side * side * side, channels_last ? 1 : side * side,
+                                    channels_last ? side * side : side, channels_last ? side : 1};
+        const std::int64_t os[4] = {side * half * half, channels_last ? 1 : half * half,
+                                    channels_last ? half * side : half, channels_last ? side : 1};
+        const kernels::window2d_dims dims{side, side, side, side, 2, 2, 2, 2, 0, 0, 1, 1, half, half};
+        // Values that change the winner from window to window.
+        for (std::int64_t i = 0; i < n; ++i)
+            d.b[static_cast<std::size_t>(i)] = static_cast<float>((i * 7919) % 1009);
+        for (auto _ : state)
+        {
+            k.max_pool2d(out.data(), os, idx.data(), os, d.b.data(), xs, dtype::float32, dims);
+            benchmark::ClobberMemory();
+        }
+        state.SetBytesProcessed(state.iterations() * (n * 4 + (n / 4) * (4 + 8)));
+        for (std::int64_t i = 0; i < n; ++i) // the other cases read b as 0.5
+            d.b[static_cast<std::size_t>(i)] = 0.5f;
+    }
+
+    /// The SIMD levels (1 .. simd_supported(); max_pool2d has no scalar twin) times the two
+    /// layouts.
+    void pool_args(benchmark::internal::Benchmark* b)
+    {
+        for (int level = 1; level <= static_cast<int>(cpu::simd_supported()); ++level)
+            for (int layout = 0; layout < 2; ++layout)
+                b->Args({level, layout});
+    }
+
     class one_parameter final : public nn::module
     {
     public:
@@ -224,5 +269,6 @@ BENCHMARK(xgrad_exp)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_sum)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_sum_rows)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_adam_step)->Apply(simd_levels)->UseRealTime();
+BENCHMARK(xgrad_max_pool2d)->Apply(pool_args)->UseRealTime();
 BENCHMARK(optim_adamw_step)->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK_MAIN();

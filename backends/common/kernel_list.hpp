@@ -83,13 +83,16 @@ namespace xgrad::kernels
     /// the first label outside [0, classes), or -1 when all are valid (out is then complete).
     using one_hot_fn = std::int64_t(void* out, const std::int64_t* labels, dtype dt, std::int64_t n,
                                     std::int64_t classes);
-    /// Max pooling's selection: idx[n, c, oh, ow] (strides idx_strides, in that order) = the
-    /// element offset n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3] of the largest x in the
-    /// window of output (oh, ow) (x_strides in (n, c, h, w) order, window from d; padding is
-    /// skipped). The first maximum in (kh, kw) order wins; a NaN wins over numbers (the first
-    /// NaN). Every window reaches the input (the op checks). ASSIGNS every idx element.
-    using max_pool2d_argmax_fn = void(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
-                                      const std::int64_t* x_strides, dtype dt, const window2d_dims& d);
+    /// Max pooling: out[n, c, oh, ow] (strides out_strides, in that order) = the largest x in
+    /// the window of output (oh, ow), and idx[n, c, oh, ow] (idx_strides) = its element offset
+    /// n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3] (x_strides in (n, c, h, w) order, window
+    /// from d; padding is skipped), so that out equals take(x, idx) for a contiguous x. The
+    /// first maximum in (kh, kw) order wins; a NaN wins over numbers (the first NaN). Every
+    /// window reaches the input (the op checks). out is x's element copied, not converted.
+    /// ASSIGNS every out and idx element.
+    using max_pool2d_fn = void(void* out, const std::int64_t* out_strides, std::int64_t* idx,
+                               const std::int64_t* idx_strides, const void* x, const std::int64_t* x_strides, dtype dt,
+                               const window2d_dims& d);
     /// out[i] = x[idx[i]] for i < n (out, idx contiguous; x holds x_numel elements). Returns the
     /// first i whose idx is outside [0, x_numel), or -1 (out is then complete).
     using take_fn = std::int64_t(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt,
@@ -219,7 +222,7 @@ namespace xgrad::kernels
     X(argmax, reference)                                                                                               \
     X(matmul, reference)                                                                                               \
     X(one_hot, shared)                                                                                                 \
-    X(max_pool2d_argmax, shared)                                                                                       \
+    X(max_pool2d, shared)                                                                                              \
     X(take, shared)                                                                                                    \
     X(put_add, shared)                                                                                                 \
     X(unfold2d, reference)                                                                                             \

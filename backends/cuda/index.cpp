@@ -1,4 +1,4 @@
-// Index kernels of the CUDA backend: one_hot, the window argmax of max pooling, and the
+// Index kernels of the CUDA backend: one_hot, max pooling (the window maximum and its position), and the
 // adjoint pair take / put_add, with the contracts of backends/common/kernel_list.hpp.
 //
 // Why they are built this way:
@@ -6,14 +6,15 @@
 //   over the positions of the bad ones (first_bad); the reduction returns its value to the
 //   host, which is also the wait the contract promises. Nothing is written when one is bad
 //   (as on the CPU), so a valid call's output is complete.
-// - One index per output element, consecutive indices writing consecutive addresses (the
-//   argmax walks idx in the order of its strides).
+// - One index per output element, consecutive indices writing consecutive addresses (max
+//   pooling walks idx in the order of its strides).
 // - put_add must add colliding g[i] in increasing i, with no float atomics: a stable sort of
 //   the positions 0..n-1 by idx groups each output's terms in increasing i; then one index per
 //   output element finds its run by binary search and sums it in order (in float32 for the
 //   16-bit dtypes, rounded once), which is the CPU's order, so the bits agree.
 // - take and one_hot move bits: elements are copied as unsigned integers of their size.
 #include <stdexcept>
+#include <type_traits>
 
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/sequence.h>
@@ -111,7 +112,7 @@ namespace xgrad::cuda
         }
 
         // ---------------------------------------------------------------------------------
-        // max_pool2d_argmax
+        // max_pool2d
 
         struct strides4
         {
@@ -134,7 +135,8 @@ namespace xgrad::cuda
         }
 
         template <class T>
-        void argmax_typed(std::int64_t* idx, const strides4 is, const void* x, const strides4 xs, const window2d_dims d)
+        void max_pool_typed(void* values, const strides4 os, std::int64_t* idx, const strides4 is, const void* x,
+                            const strides4 xs, const window2d_dims d)
         {
             using E = detail::element<T>;
             using S = typename E::compute_type; // compared in float, or double for float64
@@ -171,6 +173,7 @@ namespace xgrad::cuda
                 const std::int64_t origin = plane + (ix[2] * d.sh - d.ph) * xs.s[2] + (ix[3] * d.sw - d.pw) * xs.s[3];
                 const std::int64_t step_i = d.dh * xs.s[2], step_j = d.dw * xs.s[3];
                 const std::int64_t out = ix[0] * is.s[0] + ix[1] * is.s[1] + ix[2] * is.s[2] + ix[3] * is.s[3];
+                const std::int64_t value_at = ix[0] * os.s[0] + ix[1] * os.s[1] + ix[2] * os.s[2] + ix[3] * os.s[3];
                 if (i0 == i1 || j0 == j1)
                 {
                     idx[out] = -1; // a window entirely in padding (the op rules it out)
@@ -194,6 +197,9 @@ namespace xgrad::cuda
                         }
                     }
                 idx[out] = best;
+                // The element's bits, copied, not converted (16-bit elements as their bit patterns).
+                using B = std::conditional_t<sizeof(T) == 2, std::uint16_t, T>;
+                static_cast<B*>(values)[value_at] = static_cast<const B*>(x)[best];
             });
         }
 
@@ -251,23 +257,24 @@ namespace xgrad::cuda
         return -1;
     }
 
-    void max_pool2d_argmax(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
-                           const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
+    void max_pool2d(void* out, const std::int64_t* out_strides, std::int64_t* idx, const std::int64_t* idx_strides,
+                    const void* x, const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
     {
         // No window, nothing to write (and n * c * oh * ow is then a product that may overflow).
         if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
             return;
+        const strides4 os{{out_strides[0], out_strides[1], out_strides[2], out_strides[3]}};
         const strides4 is{{idx_strides[0], idx_strides[1], idx_strides[2], idx_strides[3]}};
         const strides4 xs{{x_strides[0], x_strides[1], x_strides[2], x_strides[3]}};
         switch (dt)
         {
-        case dtype::float32: return argmax_typed<float>(idx, is, x, xs, d);
-        case dtype::float64: return argmax_typed<double>(idx, is, x, xs, d);
-        case dtype::float16: return argmax_typed<float16_t>(idx, is, x, xs, d);
-        case dtype::bfloat16: return argmax_typed<bfloat16_t>(idx, is, x, xs, d);
+        case dtype::float32: return max_pool_typed<float>(out, os, idx, is, x, xs, d);
+        case dtype::float64: return max_pool_typed<double>(out, os, idx, is, x, xs, d);
+        case dtype::float16: return max_pool_typed<float16_t>(out, os, idx, is, x, xs, d);
+        case dtype::bfloat16: return max_pool_typed<bfloat16_t>(out, os, idx, is, x, xs, d);
         case dtype::int64: break;
         }
-        throw xgrad::invalid_argument("cuda::max_pool2d_argmax: the dtype must be floating point");
+        throw xgrad::invalid_argument("cuda::max_pool2d: the dtype must be floating point");
     }
 
     std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)

@@ -1,9 +1,12 @@
-// Index kernels of the CPU backend: the window argmax of max pooling, and take / put_add, the
-// adjoint pair that gathers elements at int64 positions and scatters them back. They move one
-// element per index and compare, with nothing to vectorise, so (like one_hot) they have no
-// reference twin and are the same in every XGRAD_SIMD configuration.
+// Index kernels of the CPU backend: max pooling (the window maximum and its position), and
+// take / put_add, the adjoint pair that gathers elements at int64 positions and scatters them
+// back. They select and move elements with exact comparisons, so (like one_hot) they have no
+// reference twin: max_pool2d's vectorised loops (simd/kernels_impl.hpp, for the common 2x2
+// NCHW and the channels-last windows) sit beside its general loop, which the tests compare
+// them with, and every level gives the same bits.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +20,7 @@ namespace xgrad::cpu
     namespace
     {
         using detail::grain;
+        using detail::simd_call;
     }
 
     namespace
@@ -36,8 +40,8 @@ namespace xgrad::cpu
         }
     }
 
-    void max_pool2d_argmax(std::int64_t* idx, const std::int64_t* idx_strides, const void* x,
-                           const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
+    void max_pool2d(void* out, const std::int64_t* out_strides, std::int64_t* idx, const std::int64_t* idx_strides,
+                    const void* x, const std::int64_t* x_strides, dtype dt, const kernels::window2d_dims& d)
     {
         // No window: the row and column tables below are sized by the output extents.
         if (d.n == 0 || d.c == 0 || d.oh == 0 || d.ow == 0)
@@ -46,6 +50,7 @@ namespace xgrad::cpu
             using T = decltype(tag);
             using S = decltype(stats); // compared in float, or double for float64
             const T* xp = static_cast<const T*>(x);
+            T* op = static_cast<T*>(out);
             // The taps inside the input depend on the row or column of a window only: found
             // once here, not per plane.
             struct span
@@ -53,28 +58,81 @@ namespace xgrad::cpu
                 std::int64_t first, last, offset; // tap range, element offset of tap 0
             };
             std::vector<span> rows(static_cast<std::size_t>(d.oh)), cols(static_cast<std::size_t>(d.ow));
+            bool inside = true; // every tap of every window inside the input (no padding reached)
             for (std::int64_t oh = 0; oh < d.oh; ++oh)
             {
                 const auto [i0, i1] = inside_taps(oh, d.sh, d.ph, d.dh, d.kh, d.h);
                 rows[static_cast<std::size_t>(oh)] = {i0, i1, (oh * d.sh - d.ph) * x_strides[2]};
+                inside = inside && i0 == 0 && i1 == d.kh;
             }
             for (std::int64_t ow = 0; ow < d.ow; ++ow)
             {
                 const auto [j0, j1] = inside_taps(ow, d.sw, d.pw, d.dw, d.kw, d.w);
                 cols[static_cast<std::size_t>(ow)] = {j0, j1, (ow * d.sw - d.pw) * x_strides[3]};
+                inside = inside && j0 == 0 && j1 == d.kw;
             }
             const std::int64_t step_i = d.dh * x_strides[2], step_j = d.dw * x_strides[3];
-            // The common 2x2 window of the small CNNs, every tap inside the input (no padding
-            // reached, stride 2 or 1): four loads and three branch-free selections per
-            // output, with the same first-maximum and NaN rule as the general loop below.
-            bool two_by_two = d.kh == 2 && d.kw == 2;
-            for (const span& r : rows)
-                two_by_two = two_by_two && r.first == 0 && r.last == 2;
-            for (const span& q : cols)
-                two_by_two = two_by_two && q.first == 0 && q.last == 2;
+            const std::int64_t taps = d.kh * d.kw;
+            if constexpr (std::is_same_v<T, S>) // float32, float64: the vectorised loops
+            {
+                // NCHW, 2x2 windows of stride 2 (the small CNNs' pool): one output row of a
+                // plane from two contiguous input rows.
+                if (inside && d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2 && d.dh == 1 && d.dw == 1 &&
+                    x_strides[3] == 1 && out_strides[3] == 1 && idx_strides[3] == 1)
+                {
+                    const std::int64_t per_plane = std::max<std::int64_t>(1, 4 * d.oh * d.ow);
+                    parallel_for(0, d.n * d.c, std::max<std::int64_t>(1, grain / per_plane),
+                                 [&](std::int64_t b, std::int64_t e) {
+                                     for (std::int64_t p = b; p < e; ++p)
+                                     {
+                                         const std::int64_t n = p / d.c, c = p % d.c;
+                                         const std::int64_t plane = n * x_strides[0] + c * x_strides[1];
+                                         for (std::int64_t oh = 0; oh < d.oh; ++oh)
+                                         {
+                                             const std::int64_t origin = plane + 2 * oh * x_strides[2];
+                                             simd_call<simd::max_pool_2x2_row_fn>(
+                                                 op + n * out_strides[0] + c * out_strides[1] + oh * out_strides[2],
+                                                 idx + n * idx_strides[0] + c * idx_strides[1] + oh * idx_strides[2],
+                                                 xp + origin, x_strides[2], origin, d.ow);
+                                         }
+                                     }
+                                 });
+                    return;
+                }
+                // Channels-last (channels contiguous in x, out and idx): every window is a few
+                // contiguous channel runs, one per tap.
+                if (inside && x_strides[1] == 1 && out_strides[1] == 1 && idx_strides[1] == 1)
+                {
+                    std::vector<std::int64_t> offsets(static_cast<std::size_t>(taps));
+                    for (std::int64_t i = 0; i < d.kh; ++i)
+                        for (std::int64_t j = 0; j < d.kw; ++j)
+                            offsets[static_cast<std::size_t>(i * d.kw + j)] = i * step_i + j * step_j;
+                    const std::int64_t windows = d.n * d.oh * d.ow;
+                    parallel_for(0, windows, std::max<std::int64_t>(1, grain / std::max<std::int64_t>(1, taps * d.c)),
+                                 [&](std::int64_t b, std::int64_t e) {
+                                     for (std::int64_t q = b; q < e; ++q)
+                                     {
+                                         const std::int64_t n = q / (d.oh * d.ow), r = q % (d.oh * d.ow);
+                                         const std::int64_t oh = r / d.ow, ow = r % d.ow;
+                                         const std::int64_t origin = n * x_strides[0] +
+                                                                     rows[static_cast<std::size_t>(oh)].offset +
+                                                                     cols[static_cast<std::size_t>(ow)].offset;
+                                         simd_call<simd::max_pool_taps_fn>(
+                                             op + n * out_strides[0] + oh * out_strides[2] + ow * out_strides[3],
+                                             idx + n * idx_strides[0] + oh * idx_strides[2] + ow * idx_strides[3],
+                                             xp + origin, offsets.data(), taps, origin, d.c);
+                                     }
+                                 });
+                    return;
+                }
+            }
+            // The general loop: any window, layout, padding and dtype. The 2x2 windows inside the input
+            // (stride 2 or 1) take four loads and three branch-free selections per output,
+            // with the same first-maximum and NaN rule as the search below.
+            const bool two_by_two = inside && d.kh == 2 && d.kw == 2;
             // One (n, c) plane per work item: each writes only its own outputs, so the result
             // does not depend on the thread count.
-            const std::int64_t per_plane = std::max<std::int64_t>(1, d.oh * d.ow * d.kh * d.kw);
+            const std::int64_t per_plane = std::max<std::int64_t>(1, d.oh * d.ow * taps);
             parallel_for(0, d.n * d.c, std::max<std::int64_t>(1, grain / per_plane),
                          [&](std::int64_t b, std::int64_t e) {
                              for (std::int64_t p = b; p < e; ++p)
@@ -82,38 +140,13 @@ namespace xgrad::cpu
                                  const std::int64_t n = p / d.c, c = p % d.c;
                                  const T* plane = xp + n * x_strides[0] + c * x_strides[1];
                                  const std::int64_t plane_offset = n * x_strides[0] + c * x_strides[1];
-                                 std::int64_t* out = idx + n * idx_strides[0] + c * idx_strides[1];
-                                 if (two_by_two)
-                                 {
-                                     // Takes v when the best so far is a number and v is larger or
-                                     // NaN: the general loop's rule, written without branches.
-                                     const auto pick = [](S& best_v, std::int64_t& best, S v, std::int64_t at) {
-                                         const bool take = best_v == best_v && !(v <= best_v);
-                                         best_v = take ? v : best_v;
-                                         best = take ? at : best;
-                                     };
-                                     for (std::int64_t oh = 0; oh < d.oh; ++oh)
-                                     {
-                                         const std::int64_t r0 = rows[static_cast<std::size_t>(oh)].offset;
-                                         std::int64_t* out_row = out + oh * idx_strides[2];
-                                         for (std::int64_t ow = 0; ow < d.ow; ++ow)
-                                         {
-                                             const std::int64_t a = r0 + cols[static_cast<std::size_t>(ow)].offset;
-                                             const std::int64_t b = a + step_j, c0 = a + step_i, c1 = c0 + step_j;
-                                             std::int64_t best = a;
-                                             S best_v = detail::widen<S>(plane[a]);
-                                             pick(best_v, best, detail::widen<S>(plane[b]), b);
-                                             pick(best_v, best, detail::widen<S>(plane[c0]), c0);
-                                             pick(best_v, best, detail::widen<S>(plane[c1]), c1);
-                                             out_row[ow * idx_strides[3]] = plane_offset + best;
-                                         }
-                                     }
-                                     continue;
-                                 }
+                                 std::int64_t* idx_plane = idx + n * idx_strides[0] + c * idx_strides[1];
+                                 T* out_plane = op + n * out_strides[0] + c * out_strides[1];
                                  for (std::int64_t oh = 0; oh < d.oh; ++oh)
                                  {
                                      const span r = rows[static_cast<std::size_t>(oh)];
-                                     std::int64_t* out_row = out + oh * idx_strides[2];
+                                     std::int64_t* idx_row = idx_plane + oh * idx_strides[2];
+                                     T* out_row = out_plane + oh * out_strides[2];
                                      for (std::int64_t ow = 0; ow < d.ow; ++ow)
                                      {
                                          const span q = cols[static_cast<std::size_t>(ow)];
@@ -122,10 +155,24 @@ namespace xgrad::cpu
                                          // ranges are not empty; start from the first tap inside.
                                          std::int64_t best = origin + r.first * step_i + q.first * step_j;
                                          S best_v = detail::widen<S>(plane[best]);
+                                         if (two_by_two)
+                                         {
+                                             // Takes v when the best so far is a number and v is larger or
+                                             // NaN: the search's rule, written without branches.
+                                             const auto pick = [&](std::int64_t at) {
+                                                 const S v = detail::widen<S>(plane[at]);
+                                                 const bool take = best_v == best_v && !(v <= best_v);
+                                                 best_v = take ? v : best_v;
+                                                 best = take ? at : best;
+                                             };
+                                             pick(origin + step_j);
+                                             pick(origin + step_i);
+                                             pick(origin + step_i + step_j);
+                                         }
                                          // The first maximum wins. `!(v <= best_v)` is true for a larger v
                                          // and for a NaN v; a NaN ends the search (the first NaN wins and
                                          // propagates, as in xgrad::max).
-                                         if (best_v == best_v)
+                                         else if (best_v == best_v)
                                              for (std::int64_t i = r.first; i < r.last; ++i)
                                              {
                                                  const std::int64_t row = origin + i * step_i;
@@ -144,7 +191,8 @@ namespace xgrad::cpu
                                                  if (best_v != best_v)
                                                      break;
                                              }
-                                         out_row[ow * idx_strides[3]] = plane_offset + best;
+                                         idx_row[ow * idx_strides[3]] = plane_offset + best;
+                                         out_row[ow * out_strides[3]] = plane[best];
                                      }
                                  }
                              }
@@ -180,11 +228,14 @@ namespace xgrad::cpu
             using S = decltype(stats);
             T* o = static_cast<T*>(out);
             const T* gp = static_cast<const T*>(g);
-            // Serial, in index order, so that colliding indices (overlapping windows) always
-            // add in the same order. 16-bit sums accumulate in float32 and round once.
+            // The scatter is serial, in index order, so that colliding indices (overlapping
+            // windows) always add in the same order; the zero fill before it, which writes
+            // every output element (four times the scatter's for a 2x2 pool), is split over
+            // the threads. 16-bit sums accumulate in float32 and round once.
             if constexpr (std::is_same_v<T, S>)
             {
-                std::fill(o, o + out_numel, T(0));
+                parallel_for(0, out_numel, grain,
+                             [&](std::int64_t b, std::int64_t e) { std::fill(o + b, o + e, T(0)); });
                 for (std::int64_t i = 0; i < n; ++i)
                     o[idx[i]] += gp[i];
             }

@@ -73,6 +73,29 @@ namespace xgrad::cpu::simd
                         std::int64_t ncols, kernels::reduce_op op) const noexcept;
     };
 
+    /// Max pooling's 2x2 windows of stride 2 along one output row, every tap inside the input
+    /// (the kernel max_pool2d's common case): window o has the taps r0[2o], r0[2o + 1],
+    /// r0[row + 2o], r0[row + 2o + 1], in that (kh, kw) order; for o < n, out[o] = their
+    /// maximum and idx[o] = base + the chosen tap's offset from r0. The first maximum wins; a
+    /// NaN wins over numbers (the first NaN). ASSIGNS out and idx.
+    struct max_pool_2x2_row_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* out, std::int64_t* idx, const T* r0, std::int64_t row, std::int64_t base,
+                        std::int64_t n) const noexcept;
+    };
+
+    /// Max pooling across a contiguous run of n channels (channels-last): window tap k < ntaps
+    /// (ntaps >= 1, in (kh, kw) order) reads x[offsets[k] + j] for channel j; out[j] = the
+    /// maximum over the taps, idx[j] = base + offsets[k] + j for the chosen k, by the rule of
+    /// max_pool_2x2_row_fn. ASSIGNS out and idx.
+    struct max_pool_taps_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* out, std::int64_t* idx, const T* x, const std::int64_t* offsets, std::int64_t ntaps,
+                        std::int64_t base, std::int64_t n) const noexcept;
+    };
+
     /// The kernel sgd_step (backends/common/kernel_list.hpp) on n contiguous elements of the
     /// compute type T, with its null-pointer conventions; simd/optim_impl.hpp.
     struct sgd_step_fn
@@ -116,6 +139,11 @@ namespace xgrad::cpu::simd
         ARCH, const T*, std::int64_t, xgrad::kernels::reduce_op) const noexcept;                                       \
     EXTERN template void xgrad::cpu::simd::reduce_rows_fn::operator()<ARCH, T>(                                        \
         ARCH, T*, const T*, const std::int64_t*, std::int64_t, std::int64_t, xgrad::kernels::reduce_op)                \
+        const noexcept;                                                                                                \
+    EXTERN template void xgrad::cpu::simd::max_pool_2x2_row_fn::operator()<ARCH, T>(                                   \
+        ARCH, T*, std::int64_t*, const T*, std::int64_t, std::int64_t, std::int64_t) const noexcept;                   \
+    EXTERN template void xgrad::cpu::simd::max_pool_taps_fn::operator()<ARCH, T>(                                      \
+        ARCH, T*, std::int64_t*, const T*, const std::int64_t*, std::int64_t, std::int64_t, std::int64_t)              \
         const noexcept;
 
 #define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \

@@ -357,4 +357,63 @@ namespace xgrad::cpu::simd
         else
             impl::reduce_rows<Arch, T, false>(acc, x, row_offsets, nrows, ncols);
     }
+
+    // The max-pooling loops are plain loops, not xsimd batches: GCC vectorises both at -O3 in
+    // each instruction set's translation unit (the 2x2 one with its even/odd permutes, which
+    // xsimd 8 does not offer), and the selection is exact comparisons, so the result of an
+    // element does not depend on the vector width or on whether it falls in a tail.
+    // `take` below is the kernel's rule: the best so far is a number and v is larger or NaN.
+
+    template <class Arch, class T>
+    void max_pool_2x2_row_fn::operator()(Arch, T* out, std::int64_t* idx, const T* r0, std::int64_t row,
+                                         std::int64_t base, std::int64_t n) const noexcept
+    {
+        const T* r1 = r0 + row;
+        for (std::int64_t o = 0; o < n; ++o)
+        {
+            const T a = r0[2 * o], b = r0[2 * o + 1], c = r1[2 * o], d = r1[2 * o + 1];
+            T best = a;
+            std::int64_t at = 2 * o;
+            bool take = best == best && !(b <= best);
+            best = take ? b : best;
+            at = take ? 2 * o + 1 : at;
+            take = best == best && !(c <= best);
+            best = take ? c : best;
+            at = take ? row + 2 * o : at;
+            take = best == best && !(d <= best);
+            best = take ? d : best;
+            at = take ? row + 2 * o + 1 : at;
+            out[o] = best;
+            idx[o] = base + at;
+        }
+    }
+
+    template <class Arch, class T>
+    void max_pool_taps_fn::operator()(Arch, T* out, std::int64_t* idx, const T* x, const std::int64_t* offsets,
+                                      std::int64_t ntaps, std::int64_t base, std::int64_t n) const noexcept
+    {
+        // Tap by tap over the whole run (out and idx stay in L1 for the channel counts of a
+        // CNN), so that the inner loop is contiguous; idx holds the chosen tap's offset until
+        // the last pass adds base and the channel.
+        const T* x0 = x + offsets[0];
+        for (std::int64_t j = 0; j < n; ++j)
+        {
+            out[j] = x0[j];
+            idx[j] = offsets[0];
+        }
+        for (std::int64_t k = 1; k < ntaps; ++k)
+        {
+            const T* xk = x + offsets[k];
+            const std::int64_t off = offsets[k];
+            for (std::int64_t j = 0; j < n; ++j)
+            {
+                const T v = xk[j], best = out[j];
+                const bool take = best == best && !(v <= best);
+                out[j] = take ? v : best;
+                idx[j] = take ? off : idx[j];
+            }
+        }
+        for (std::int64_t j = 0; j < n; ++j)
+            idx[j] += base + j;
+    }
 }

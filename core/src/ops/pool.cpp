@@ -1,18 +1,20 @@
-// Pooling, composed from unfold2d and reductions; nothing here records a node, so the
-// gradients of every order are those of unfold2d (fold2d), max, sum, mean and the views.
+// Pooling. avg_pool2d and adaptive_avg_pool2d are composed from unfold2d, reductions and views
+// and record no node of their own, so their gradients of every order are those ops'. max_pool2d
+// records one: take's (below).
 //
 // With K = KH * KW taps and L = OH * OW windows per image, unfold2d gives
 //   NCHW: cols [C * K, N * L], viewed as [C, K, N * L] -> reduce axis 1 -> [C, N * L]
 //         -> [C, N, OH, OW] -> permuted to [N, C, OH, OW];
 //   NHWC: cols [N * L, K * C], viewed as [N * L, K, C] -> reduce axis 1 -> [N * L, C]
 //         -> [N, OH, OW, C].
-// max_pool2d picks each window's maximum with one kernel pass (padding never wins) and gathers
-// it with take, whose gradient is put_add; the padding rule (at most half the kernel) plus an
-// explicit check that every window reaches the input keep a window from being all padding. avg_pool2d with count_include_pad = false divides the window
-// sums by the number of taps inside the input, a constant map obtained by unfolding ones
-// (computed without recording). adaptive_avg_pool2d is avg_pool2d when the cells tile the
-// input evenly; otherwise it averages each axis separately, cell by cell (a mean over a
-// rectangle is the mean over one axis of the means over the other).
+// max_pool2d picks each window's maximum and its position with one kernel pass (padding never
+// wins) and records the result as take(x, positions), whose gradient is put_add (and put_add's
+// is take); the padding rule (at most half the kernel) plus an explicit check that every window
+// reaches the input keep a window from being all padding. avg_pool2d with count_include_pad =
+// false divides the window sums by the number of taps inside the input, a constant map
+// obtained by unfolding ones (computed without recording). adaptive_avg_pool2d is avg_pool2d
+// when the cells tile the input evenly; otherwise it averages each axis separately, cell by
+// cell (a mean over a rectangle is the mean over one axis of the means over the other).
 #include "xgrad/ops/pool.hpp"
 
 #include <algorithm>
@@ -178,12 +180,14 @@ namespace xgrad
         const pool_setup s = check_pool(x, p, data_format, "max_pool2d");
         // Which element of each window is its maximum is a constant of the forward pass; the
         // pooled value is then a gather, take(x, idx), linear in x, whose gradient is the
-        // scatter put_add (and whose second order is take again). One pass picks the
-        // positions, with no window copies and no tie bookkeeping in the backward.
+        // scatter put_add (and whose second order is take again). One kernel pass picks the
+        // positions and writes the maxima, with no window copies and no tie bookkeeping in the
+        // backward; the node recorded is take's.
         const tensor xc = contiguous(x);
         const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
                                                      : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
         tensor idx = detail::empty(out_shape, dtype::int64, x.device());
+        tensor out = detail::empty(out_shape, x.dtype(), x.device());
         // No window, no kernel call: its per-row and per-column scratch is sized by the output
         // extents, which an empty batch or channel axis leaves unbounded.
         if (idx.numel() != 0)
@@ -191,10 +195,15 @@ namespace xgrad
             const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
             const auto xs = detail::image_strides(xc.strides(), s.channels_last);
             const auto is = detail::image_strides(idx.strides(), s.channels_last);
+            const auto os = detail::image_strides(out.strides(), s.channels_last);
             detail::backend_for(x.device())
-                .max_pool2d_argmax(idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(), x.dtype(), d);
+                .max_pool2d(out.data_ptr(), os.data(), idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(),
+                            x.dtype(), d);
         }
-        return take(xc, idx);
+        record("max_pool2d", {xc}, {out}, [idx, shape = xc.shape()](function_node&, const std::vector<tensor>& g) {
+            return std::vector<tensor>{put_add(g[0], idx, shape)};
+        });
+        return out;
     }
 
     tensor avg_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)

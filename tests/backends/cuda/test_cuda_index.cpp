@@ -226,7 +226,7 @@ TEST_CASE("cuda index kernels: fold2d counts overlapping taps and is determinist
 
 namespace
 {
-    /// Whether every window of `d` reaches the input (max_pool2d_argmax's precondition).
+    /// Whether every window of `d` reaches the input (max_pool2d's precondition).
     bool windows_reach_input(const window2d_dims& d)
     {
         auto axis = [](std::int64_t out, std::int64_t stride, std::int64_t pad, std::int64_t dil, std::int64_t k,
@@ -258,7 +258,7 @@ namespace
     }
 }
 
-TEST_CASE("cuda index kernels: max_pool2d_argmax picks the CPU's positions (ties, NaN, padding)")
+TEST_CASE("cuda index kernels: max_pool2d picks the CPU's maxima and positions (ties, NaN, padding)")
 {
     std::mt19937_64 gen(77);
     int cases = 0;
@@ -279,13 +279,16 @@ TEST_CASE("cuda index kernels: max_pool2d_argmax picks the CPU's positions (ties
                     INFO(describe(d), " dtype ", name(dt), " nan rate ", nan_rate, " x ", xl.name, " idx ", il.name);
                     const tensor x = tie_values(xl.storage, dt, gen, nan_rate);
                     const tensor xd = x.to(gpu);
-                    tensor want = filled(il.storage, -7, dtype::int64);
+                    // Both outputs pre-filled, in the same layout: the kernels assign every element.
+                    tensor want = filled(il.storage, -7, dtype::int64), want_v = filled(il.storage, -7, dt);
                     const tensor got = filled(il.storage, -7, dtype::int64).to(gpu);
-                    cpu_kernels().max_pool2d_argmax(want.data<std::int64_t>(), il.strides.data(), x.data_ptr(),
-                                                    xl.strides.data(), dt, d);
-                    dev_kernels().max_pool2d_argmax(got.data<std::int64_t>(), il.strides.data(), xd.data_ptr(),
-                                                    xl.strides.data(), dt, d);
-                    check_same_bits(want, got, "max_pool2d_argmax");
+                    const tensor got_v = filled(il.storage, -7, dt).to(gpu);
+                    cpu_kernels().max_pool2d(want_v.data_ptr(), il.strides.data(), want.data<std::int64_t>(),
+                                             il.strides.data(), x.data_ptr(), xl.strides.data(), dt, d);
+                    dev_kernels().max_pool2d(got_v.data_ptr(), il.strides.data(), got.data<std::int64_t>(),
+                                             il.strides.data(), xd.data_ptr(), xl.strides.data(), dt, d);
+                    check_same_bits(want, got, "max_pool2d positions");
+                    check_same_bits(want_v, got_v, "max_pool2d maxima");
                 }
     }
 }

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "tests/support/check_error.hpp"
+#include "tests/support/cpu_kernels_helpers.hpp"
 #include "xgrad/xgrad.hpp"
 
 using namespace xgrad;
@@ -79,15 +80,19 @@ TEST_CASE("index kernels assign every output element (pre-filled outputs)")
     const kernels::window2d_dims d{1, 1, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 2, 2};
     const std::int64_t xs[4] = {9, 9, 3, 1}, is[4] = {4, 4, 2, 1};
     std::vector<std::int64_t> am(4, -7);
-    cpu::max_pool2d_argmax(am.data(), is, img, xs, dtype::float32, d);
-    CHECK(am == std::vector<std::int64_t>{3, 5, 7, 5}); // maxima 7, 9, 8, 9
+    std::vector<float> maxima(4, nan);
+    cpu::max_pool2d(maxima.data(), is, am.data(), is, img, xs, dtype::float32, d);
+    CHECK(am == std::vector<std::int64_t>{3, 5, 7, 5});
+    CHECK(maxima == std::vector<float>{7, 9, 8, 9});
 }
 
-TEST_CASE("max_pool2d_argmax: every window shape and layout against a direct search")
+TEST_CASE("max_pool2d kernel: every window shape, layout and SIMD level against a direct search")
 {
-    // Values from a small set (ties in most windows) with NaNs sprinkled in; the 2x2 windows
-    // that lie inside the input take the kernel's fast path, the others its general loop, and
-    // both must pick what the contract says: the first maximum in (kh, kw) order, the first NaN.
+    // Values from a small set (ties in most windows) with NaNs sprinkled in. The windows that lie
+    // inside the input take the kernel's vectorised loops where the layout allows (2x2 of
+    // stride 2 in NCHW; any window in channels-last), the others its general loop, and all must
+    // pick what the contract says: the first maximum in (kh, kw) order, the first NaN. The
+    // shapes are wide enough (w = 70, c = 37) for whole vectors and a tail at every level.
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::mt19937_64 gen(11);
     std::uniform_int_distribution<int> value(0, 4), sprinkle(0, 9);
@@ -95,54 +100,76 @@ TEST_CASE("max_pool2d_argmax: every window shape and layout against a direct sea
     {
         std::int64_t k, s, p, dil;
     };
-    for (const window win : {window{2, 2, 0, 1}, window{2, 1, 0, 1}, window{2, 2, 1, 1}, window{3, 2, 0, 1},
-                             window{2, 2, 0, 2}, window{3, 1, 1, 1}})
-        for (const bool channels_last : {false, true})
-            for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16})
-            {
-                INFO("k ", win.k, " s ", win.s, " p ", win.p, " d ", win.dil, channels_last ? " NHWC" : " NCHW", " ",
-                     name(dt));
-                const std::int64_t n = 2, c = 3, h = 9, w = 8;
-                const std::int64_t oh = (h + 2 * win.p - win.dil * (win.k - 1) - 1) / win.s + 1;
-                const std::int64_t ow = (w + 2 * win.p - win.dil * (win.k - 1) - 1) / win.s + 1;
-                std::vector<float> v(static_cast<std::size_t>(n * c * h * w));
-                for (float& e : v)
-                    e = sprinkle(gen) == 0 ? nan : static_cast<float>(value(gen));
-                const tensor xf = from_host(v.data(), {static_cast<std::int64_t>(v.size())}, dtype::float32);
-                const tensor x = xf.to(dt);
-                // (n, c, h, w) strides of the two layouts over the same buffer.
-                const std::int64_t xs[4] = {c * h * w, channels_last ? 1 : h * w, channels_last ? w * c : w,
-                                            channels_last ? c : 1};
-                const std::int64_t is[4] = {c * oh * ow, oh * ow, ow, 1};
-                const kernels::window2d_dims d{n,     c,     h,     w,       win.k,   win.k, win.s,
-                                               win.s, win.p, win.p, win.dil, win.dil, oh,    ow};
-                std::vector<std::int64_t> got(static_cast<std::size_t>(n * c * oh * ow), -7);
-                cpu::max_pool2d_argmax(got.data(), is, x.data_ptr(), xs, dt, d);
-                const std::vector<double> xv = to_vector(x);
-                for (std::int64_t in = 0; in < n; ++in)
-                    for (std::int64_t ic = 0; ic < c; ++ic)
-                        for (std::int64_t y = 0; y < oh; ++y)
-                            for (std::int64_t z = 0; z < ow; ++z)
-                            {
-                                std::int64_t best = -1;
-                                for (std::int64_t i = 0; i < win.k; ++i)
-                                    for (std::int64_t j = 0; j < win.k; ++j)
+    struct image
+    {
+        std::int64_t n, c, h, w;
+    };
+    const cpu_kernels_test::settings_guard restore;
+    for (const cpu::simd_level level : cpu_kernels_test::simd_levels())
+    {
+        cpu::limit_simd_level(level);
+        for (const image im : {image{2, 3, 9, 8}, image{2, 37, 6, 70}})
+            for (const window win : {window{2, 2, 0, 1}, window{2, 1, 0, 1}, window{2, 2, 1, 1}, window{3, 2, 0, 1},
+                                     window{2, 2, 0, 2}, window{3, 1, 1, 1}})
+                for (const bool channels_last : {false, true})
+                    for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16})
+                    {
+                        INFO(cpu_kernels_test::level_name(level), " image ", im.n, "x", im.c, "x", im.h, "x", im.w,
+                             " k ", win.k, " s ", win.s, " p ", win.p, " d ", win.dil,
+                             channels_last ? " NHWC" : " NCHW", " ", name(dt));
+                        const std::int64_t n = im.n, c = im.c, h = im.h, w = im.w;
+                        const std::int64_t oh = (h + 2 * win.p - win.dil * (win.k - 1) - 1) / win.s + 1;
+                        const std::int64_t ow = (w + 2 * win.p - win.dil * (win.k - 1) - 1) / win.s + 1;
+                        std::vector<float> v(static_cast<std::size_t>(n * c * h * w));
+                        for (float& e : v)
+                            e = sprinkle(gen) == 0 ? nan : static_cast<float>(value(gen));
+                        const tensor xf = from_host(v.data(), {static_cast<std::int64_t>(v.size())}, dtype::float32);
+                        const tensor x = xf.to(dt);
+                        // (n, c, h, w) strides of the two layouts over the same buffer, and of
+                        // the outputs in the same layout (the vectorised loops need it).
+                        const std::int64_t xs[4] = {c * h * w, channels_last ? 1 : h * w, channels_last ? w * c : w,
+                                                    channels_last ? c : 1};
+                        const std::int64_t is[4] = {c * oh * ow, channels_last ? 1 : oh * ow,
+                                                    channels_last ? ow * c : ow, channels_last ? c : 1};
+                        const std::int64_t count = n * c * oh * ow;
+                        // Pre-filled outputs: the kernel assigns every element.
+                        std::vector<std::int64_t> got(static_cast<std::size_t>(count), -7);
+                        const tensor maxima = full({count}, -7.0, dt);
+                        cpu::max_pool2d(maxima.data_ptr(), is, got.data(), is, x.data_ptr(), xs, dt,
+                                        kernels::window2d_dims{n, c, h, w, win.k, win.k, win.s, win.s, win.p, win.p,
+                                                               win.dil, win.dil, oh, ow});
+                        const std::vector<double> xv = to_vector(x), mv = to_vector(maxima);
+                        int wrong = 0;
+                        for (std::int64_t in = 0; in < n; ++in)
+                            for (std::int64_t ic = 0; ic < c; ++ic)
+                                for (std::int64_t y = 0; y < oh; ++y)
+                                    for (std::int64_t z = 0; z < ow; ++z)
                                     {
-                                        const std::int64_t r = y * win.s - win.p + i * win.dil,
-                                                           q = z * win.s - win.p + j * win.dil;
-                                        if (r < 0 || r >= h || q < 0 || q >= w)
-                                            continue;
-                                        const std::int64_t at = in * xs[0] + ic * xs[1] + r * xs[2] + q * xs[3];
-                                        const double e = xv[static_cast<std::size_t>(at)];
-                                        if (best < 0)
-                                            best = at;
-                                        else if (!std::isnan(xv[static_cast<std::size_t>(best)]) &&
-                                                 !(e <= xv[static_cast<std::size_t>(best)]))
-                                            best = at;
+                                        std::int64_t best = -1;
+                                        for (std::int64_t i = 0; i < win.k; ++i)
+                                            for (std::int64_t j = 0; j < win.k; ++j)
+                                            {
+                                                const std::int64_t r = y * win.s - win.p + i * win.dil,
+                                                                   q = z * win.s - win.p + j * win.dil;
+                                                if (r < 0 || r >= h || q < 0 || q >= w)
+                                                    continue;
+                                                const std::int64_t at = in * xs[0] + ic * xs[1] + r * xs[2] + q * xs[3];
+                                                const double e = xv[static_cast<std::size_t>(at)];
+                                                if (best < 0)
+                                                    best = at;
+                                                else if (!std::isnan(xv[static_cast<std::size_t>(best)]) &&
+                                                         !(e <= xv[static_cast<std::size_t>(best)]))
+                                                    best = at;
+                                            }
+                                        const std::int64_t o = in * is[0] + ic * is[1] + y * is[2] + z * is[3];
+                                        const double want = xv[static_cast<std::size_t>(best)];
+                                        const double m = mv[static_cast<std::size_t>(o)];
+                                        const bool same_value = std::isnan(want) ? std::isnan(m) : m == want;
+                                        wrong += got[static_cast<std::size_t>(o)] != best || !same_value;
                                     }
-                                CHECK(got[static_cast<std::size_t>(((in * c + ic) * oh + y) * ow + z)] == best);
-                            }
-            }
+                        CHECK(wrong == 0);
+                    }
+    }
 }
 
 TEST_CASE("max_pool2d: the first maximum of a window gets the gradient; NaN propagates")
