@@ -5,12 +5,16 @@ Trains the same CNN on the same data with the same optimizer and batch size, and
 training loop only (the data set is read from disk and normalised before the clock starts).
 Prints one line per epoch and, last, a machine-readable line:
 
-    summary peer=pytorch images_per_s=<x> train_loss=<y> test_acc=<z>
+    summary peer=pytorch version=<torch version> format=<NCHW|channels_last> precision=<f32|bf16> images_per_s=<x> train_loss=<y> test_acc=<z>
 
 images_per_s covers every epoch's training loop; train_loss is the last epoch's mean training
 loss; test_acc is the accuracy (a fraction in [0, 1]) on the test set after the last epoch.
+--channels-last runs the model and its inputs in torch.channels_last (NHWC in memory);
+--autocast-bf16 runs the forward passes under torch.autocast("cpu", dtype=torch.bfloat16)
+(bfloat16 convolutions and linear layers, float32 weights and optimizer).
 
-Debian's python3-torch lives in the system Python: run it with /usr/bin/python3.
+Debian's python3-torch lives in the system Python: run it with /usr/bin/python3; the current
+release from PyPI in a virtual environment (bench/train_compare makes one) runs it the same way.
 """
 
 import argparse
@@ -97,7 +101,7 @@ def evaluate(model, x, y, batch_size):
     loss_sum = 0.0
     with torch.no_grad():
         for start in range(0, len(x), batch_size):
-            logits = model(x[start:start + batch_size])
+            logits = model(x[start:start + batch_size]).float()
             target = y[start:start + batch_size]
             loss_sum += nn.functional.cross_entropy(logits, target, reduction="sum").item()
             correct += (logits.argmax(dim=1) == target).sum().item()
@@ -125,6 +129,8 @@ def main():
     parser.add_argument("--limit", type=int, default=0, help="train on the first N images only")
     parser.add_argument("--test-limit", type=int, default=0, help="evaluate on the first N test images only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--channels-last", action="store_true", help="torch.channels_last memory format")
+    parser.add_argument("--autocast-bf16", action="store_true", help="CPU autocast to bfloat16")
     args = parser.parse_args()
     lr = args.lr if args.lr is not None else (0.05 if args.optimizer == "sgd" else 1e-3)
 
@@ -134,11 +140,17 @@ def main():
 
     x_train, y_train = load_split(args.data_dir, True, args.limit)
     x_test, y_test = load_split(args.data_dir, False, args.test_limit)
-    model = make_model()
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    x_train = x_train.contiguous(memory_format=memory_format)
+    x_test = x_test.contiguous(memory_format=memory_format)
+    model = make_model().to(memory_format=memory_format)
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr)
     generator = torch.Generator().manual_seed(args.seed)
+    layout = "channels_last" if args.channels_last else "NCHW"
+    precision = "bf16" if args.autocast_bf16 else "f32"
     print(f"pytorch {torch.__version__}: {len(x_train)} training and {len(x_test)} test images, "
-          f"batch {args.batch_size}, {args.optimizer} lr {lr}, threads {torch.get_num_threads()}", flush=True)
+          f"batch {args.batch_size}, {args.optimizer} lr {lr}, threads {torch.get_num_threads()}, {layout}, "
+          f"{precision}", flush=True)
 
     total_images = 0
     total_seconds = 0.0
@@ -152,9 +164,11 @@ def main():
         start = time.perf_counter()
         for first in range(0, len(order), args.batch_size):
             index = order[first:first + args.batch_size]
-            xb, yb = x_train[index], y_train[index]
+            xb, yb = x_train[index].contiguous(memory_format=memory_format), y_train[index]
             optimizer.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast_bf16):
+                logits = model(xb)
+            loss = nn.functional.cross_entropy(logits.float(), yb)
             loss.backward()
             optimizer.step()
             loss_sum += loss.item() * len(index)
@@ -163,11 +177,13 @@ def main():
         total_images += seen
         total_seconds += seconds
         train_loss = loss_sum / seen
-        test_loss, test_acc = evaluate(model, x_test, y_test, 1000)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast_bf16):
+            test_loss, test_acc = evaluate(model, x_test, y_test, 1000)
         print(f"epoch {epoch}/{args.epochs}: train loss {train_loss:.4f}, test loss {test_loss:.4f}, "
               f"test accuracy {100 * test_acc:.2f}%, {seconds:.1f}s, {seen / seconds:.0f} images/s", flush=True)
 
-    print(f"summary peer=pytorch images_per_s={total_images / total_seconds:.1f} "
+    print(f"summary peer=pytorch version={torch.__version__} format={layout} precision={precision} "
+          f"images_per_s={total_images / total_seconds:.1f} "
           f"train_loss={train_loss:.6f} test_acc={test_acc:.6f}", flush=True)
 
 
