@@ -41,6 +41,7 @@
 #include "common/cli.hpp"
 #include "common/fashion_model.hpp"
 #include "xgrad/checked.hpp"
+#include "xgrad/cpu_info.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/layers/sync_batch_norm.hpp"
@@ -254,7 +255,10 @@ namespace
             << ", test images: " << test_data->size << ", batch size: " << c.batch_size
             << ", optimizer: " << opt->type_name() << " (lr " << c.lr << ", " << c.schedule
             << "), threads: " << xgrad::get_num_threads() << ", format: " << c.data_format
-            << ", device: " << to_string(dev) << "\n";
+            << ", device: " << to_string(dev) << "\n"
+            << "cpu kernels: " << xgrad::cpu_kernels_description() << "\n";
+        if (const std::string hint = xgrad::blas_performance_hint(); !hint.empty())
+            log << "note: " << hint << "\n";
         if (ddp)
             log << "data-parallel: " << ranks << " processes, " << c.batch_size << " images each per step ("
                 << xgrad::checked_mul(c.batch_size, world.size(), "--batch-size * processes") << " per step), "

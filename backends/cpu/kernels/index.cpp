@@ -73,6 +73,7 @@ namespace xgrad::cpu
             }
             const std::int64_t step_i = d.dh * x_strides[2], step_j = d.dw * x_strides[3];
             const std::int64_t taps = d.kh * d.kw;
+#ifndef XGRAD_CPU_SCALAR_ONLY // an XGRAD_SIMD=scalar build has no SIMD functors: the general loop only
             if constexpr (std::is_same_v<T, S>) // float32, float64: the vectorised loops
             {
                 // NCHW, 2x2 windows of stride 2 (the small CNNs' pool): one output row of a
@@ -126,6 +127,7 @@ namespace xgrad::cpu
                     return;
                 }
             }
+#endif
             // The general loop: any window, layout, padding and dtype. The 2x2 windows inside the input
             // (stride 2 or 1) take four loads and three branch-free selections per output,
             // with the same first-maximum and NaN rule as the search below.

@@ -2,6 +2,7 @@
 // xgrad's own public API, all of it. The TensorFlow compatibility layer (<xgrad/compat/tensorflow.hpp>,
 // for porting) is not included: a program that wants it includes that header itself.
 #include "xgrad/autograd.hpp"
+#include "xgrad/cpu_info.hpp"
 #include "xgrad/dtype.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"

@@ -2,7 +2,7 @@
 // SIMD level the dispatcher picks, that limit_simd_level caps it, and that at
 // simd_level::scalar the dispatch (core/src/dispatch.cpp) serves the reference table; and of
 // the kernel registry (backends/common/kernel_list.hpp): every table of the CPU backend is
-// complete and the kernels' names are unique. Shared helpers:
+// complete and the kernels' names are unique; and of cpu_kernels_description. Shared helpers:
 // cpu_kernels_helpers.hpp.
 #include <doctest/doctest.h>
 
@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include <cblas.h>
+
 #include "core/src/dispatch.hpp"
 #include "tests/support/cpu_kernels_helpers.hpp"
+#include "xgrad/cpu_info.hpp"
 
 using namespace cpu_kernels_test;
 
@@ -46,6 +49,27 @@ TEST_CASE("cpu kernels: the dispatcher picks a SIMD instruction set")
     cpu::limit_simd_level(cpu::simd_level::avx2_fma);
     CHECK(cpu::simd_level_in_use() == std::min(cpu::simd_supported(), cpu::simd_level::avx2_fma));
     MESSAGE("SIMD level in use by default: ", level_name(cpu::simd_supported()));
+}
+
+TEST_CASE("cpu_kernels_description names the level in use and the BLAS; the hint follows the kernel set")
+{
+    settings_guard guard;
+    for (const cpu::simd_level level : simd_levels())
+    {
+        cpu::limit_simd_level(level);
+        const std::string d = xgrad::cpu_kernels_description();
+        INFO(d);
+        CHECK(d.rfind(std::string("simd ") + level_name(cpu::simd_level_in_use()) + ", OpenBLAS", 0) == 0);
+        CHECK(d.find(std::string("(") + openblas_get_corename() + " kernels)") != std::string::npos);
+    }
+    // The hint is about OpenBLAS's choice on an AVX-512 processor, not about the level in use.
+    const std::string core = openblas_get_corename();
+    const bool avx512_kernels = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+    const std::string hint = xgrad::blas_performance_hint();
+    INFO(core, ": '", hint, "'");
+    CHECK(hint.empty() == (cpu::simd_supported() < cpu::simd_level::avx512 || avx512_kernels));
+    if (!hint.empty())
+        CHECK(hint.find("OPENBLAS_CORETYPE=SkylakeX") != std::string::npos);
 }
 
 TEST_CASE("cpu kernels: the dispatch serves the reference table at simd_level::scalar, the fast one above")

@@ -1,0 +1,58 @@
+// cpu_kernels_description and blas_performance_hint (xgrad/cpu_info.hpp). OpenBLAS names the
+// kernel set its dynamic-architecture build picked (openblas_get_corename); the sets with
+// AVX-512 GEMM kernels are SkylakeX, Cooperlake and SapphireRapids. A processor with AVX-512
+// that OpenBLAS does not recognise gets an AVX2 set, and its single-precision GEMM then runs
+// at about 0.6x of the SkylakeX set's (measured on an AMD Zen 5 with OpenBLAS 0.3.21; see
+// docs/performance.md).
+#include "xgrad/cpu_info.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+#include <string_view>
+
+#include <cblas.h>
+
+#include "backends/cpu/simd/level.hpp"
+
+namespace xgrad
+{
+    namespace
+    {
+        std::string lower(std::string s)
+        {
+            std::transform(s.begin(), s.end(), s.begin(),
+                           [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+            return s;
+        }
+
+        std::string blas_core() { return openblas_get_corename() ? openblas_get_corename() : "unknown"; }
+
+        /// "OpenBLAS 0.3.21" from openblas_get_config()'s "OpenBLAS 0.3.21 DYNAMIC_ARCH ...".
+        std::string blas_version()
+        {
+            std::istringstream config(openblas_get_config() ? openblas_get_config() : "");
+            std::string name, version;
+            config >> name >> version;
+            return name.empty() ? "OpenBLAS" : name + (version.empty() ? "" : " " + version);
+        }
+    }
+
+    std::string cpu_kernels_description()
+    {
+        return std::string("simd ") + cpu::simd_level_name(cpu::simd_level_in_use()) + ", " + blas_version() + " (" +
+               blas_core() + " kernels)";
+    }
+
+    std::string blas_performance_hint()
+    {
+        const std::string core = blas_core();
+        const std::string c = lower(core);
+        const bool avx512_kernels = c == "skylakex" || c == "cooperlake" || c == "sapphirerapids";
+        if (cpu::simd_supported() < cpu::simd_level::avx512 || avx512_kernels)
+            return {};
+        return "this processor has AVX-512 but OpenBLAS runs its " + core +
+               " kernels, which do not use it; OPENBLAS_CORETYPE=SkylakeX in the environment selects its AVX-512 "
+               "kernels (1.7x faster single-precision GEMMs, measured on an AMD Zen 5 with OpenBLAS 0.3.21)";
+    }
+}

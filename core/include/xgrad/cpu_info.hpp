@@ -1,0 +1,19 @@
+#pragma once
+// What the CPU kernels run on, for logs and bug reports: the SIMD level in use and the BLAS
+// behind matmul with the kernel set it chose for this processor.
+#include <string>
+
+namespace xgrad
+{
+    /// One line, for example "simd avx512, OpenBLAS 0.3.21 (Haswell kernels)": the level the
+    /// CPU kernels use now (after XGRAD_SIMD / limit_simd_level) and OpenBLAS's version and
+    /// the kernel set it selected at load time.
+    std::string cpu_kernels_description();
+
+    /// Empty, or one sentence on how this machine's GEMMs could run faster without rebuilding
+    /// anything: said when the processor has AVX-512 and OpenBLAS selected a kernel set without
+    /// it (an OpenBLAS release older than the processor, such as Debian 12's 0.3.21 on AMD
+    /// Zen 5, which falls back to its Haswell kernels). OpenBLAS reads its choice from the
+    /// environment before any code of xgrad runs, so xgrad can only name the setting.
+    std::string blas_performance_hint();
+}
