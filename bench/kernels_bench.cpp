@@ -15,15 +15,29 @@
 // Max pooling: the 2x2, stride-2 max_pool2d kernel over a [64, 64, 64, 64] float32 image (2^24
 // elements) in NCHW and in NHWC, at each level; it reads x once and writes a quarter as many
 // maxima and int64 positions (1.75 x's bytes in all), against the copy probe.
+//
+// GEMM: xgrad's matmul kernel (OpenBLAS, single-threaded calls over xgrad's pool) on the
+// products of the Fashion-MNIST example's training step, in GFLOP/s, against oneDNN's
+// dnnl_sgemm on the same operands with the same thread count (a peer only, built when oneDNN is
+// found, as for bn_bench). The context line names OpenBLAS's kernel set (cpu_kernels_description):
+// run it again with OPENBLAS_CORETYPE set to compare OpenBLAS's kernel sets.
 #include <benchmark/benchmark.h>
 
+#ifdef XGRAD_BENCH_HAVE_DNNL
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
+#include "xgrad/cpu_info.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/layers/module.hpp"
 #include "xgrad/optim/optimizer.hpp"
@@ -238,6 +252,86 @@ namespace
                 b->Args({level, layout});
     }
 
+    // --- GEMM ---------------------------------------------------------------------------------
+    /// A product C[m, n] = op(A) op(B) of the example's step (conv: im2col + GEMM, NCHW).
+    struct gemm_case
+    {
+        const char* name;
+        std::int64_t m, n, k;
+        bool trans_a, trans_b; // the operand is stored transposed ([k, m] for A, [n, k] for B)
+    };
+    constexpr gemm_case gemm_cases[] = {
+        {"conv1_fwd", 32, 50176, 9, false, false},    // W [32, 9] x cols [9, N*L], N = 64, L = 784
+        {"conv2_fwd", 64, 12544, 288, false, false},  // W [64, 288] x cols [288, N*L], L = 196
+        {"conv2_dw", 64, 288, 12544, false, true},    // dY [64, N*L] x cols^T
+        {"conv2_dcols", 288, 12544, 64, true, false}, // W^T x dY
+        {"fc1_fwd", 64, 128, 3136, false, true},      // X [64, 3136] x W^T
+    };
+
+    struct gemm_operands
+    {
+        std::vector<float> a, b, c;
+        explicit gemm_operands(const gemm_case& g)
+            : a(static_cast<std::size_t>(g.m * g.k)), b(static_cast<std::size_t>(g.k * g.n)),
+              c(static_cast<std::size_t>(g.m * g.n))
+        {
+            for (std::size_t i = 0; i < a.size(); ++i)
+                a[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+            for (std::size_t i = 0; i < b.size(); ++i)
+                b[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+        }
+    };
+
+    void set_gemm_counters(benchmark::State& state, const gemm_case& g)
+    {
+        state.SetLabel(g.name);
+        state.counters["flops"] = benchmark::Counter(static_cast<double>(2 * g.m * g.n * g.k),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+    }
+
+    /// range(0): the index in gemm_cases.
+    void xgrad_matmul(benchmark::State& state)
+    {
+        cpu::limit_simd_level(cpu::simd_level_max);
+        const gemm_case& g = gemm_cases[state.range(0)];
+        gemm_operands d(g);
+        const std::int64_t as[3] = {0, g.trans_a ? 1 : g.k, g.trans_a ? g.m : 1};
+        const std::int64_t bs[3] = {0, g.trans_b ? 1 : g.n, g.trans_b ? g.k : 1};
+        for (auto _ : state)
+        {
+            cpu::fast_kernels().matmul(d.c.data(), d.a.data(), as, d.b.data(), bs, dtype::float32, 1, g.m, g.n, g.k);
+            benchmark::ClobberMemory();
+        }
+        set_gemm_counters(state, g);
+    }
+
+#ifdef XGRAD_BENCH_HAVE_DNNL
+    void onednn_sgemm(benchmark::State& state)
+    {
+        const gemm_case& g = gemm_cases[state.range(0)];
+        gemm_operands d(g);
+        omp_set_num_threads(get_num_threads());
+        const auto m = static_cast<dnnl_dim_t>(g.m), n = static_cast<dnnl_dim_t>(g.n), k = static_cast<dnnl_dim_t>(g.k);
+        for (auto _ : state)
+        {
+            if (dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', m, n, k, 1.0f, d.a.data(), g.trans_a ? m : k,
+                           d.b.data(), g.trans_b ? k : n, 0.0f, d.c.data(), n) != dnnl_success)
+            {
+                state.SkipWithError("dnnl_sgemm failed");
+                break;
+            }
+            benchmark::ClobberMemory();
+        }
+        set_gemm_counters(state, g);
+    }
+#endif
+
+    void gemm_args(benchmark::internal::Benchmark* b)
+    {
+        for (std::size_t i = 0; i < std::size(gemm_cases); ++i)
+            b->Arg(static_cast<std::int64_t>(i));
+    }
+
     class one_parameter final : public nn::module
     {
     public:
@@ -271,4 +365,18 @@ BENCHMARK(xgrad_sum_rows)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_adam_step)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_max_pool2d)->Apply(pool_args)->UseRealTime();
 BENCHMARK(optim_adamw_step)->Arg(0)->Arg(1)->UseRealTime();
-BENCHMARK_MAIN();
+BENCHMARK(xgrad_matmul)->Apply(gemm_args)->UseRealTime();
+#ifdef XGRAD_BENCH_HAVE_DNNL
+BENCHMARK(onednn_sgemm)->Apply(gemm_args)->UseRealTime();
+#endif
+
+int main(int argc, char** argv)
+{
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv))
+        return 1;
+    benchmark::AddCustomContext("xgrad_cpu", xgrad::cpu_kernels_description());
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
