@@ -82,6 +82,33 @@ namespace xgrad::cpu
                     x_strides[3] == 1 && out_strides[3] == 1 && idx_strides[3] == 1)
                 {
                     const std::int64_t per_plane = std::max<std::int64_t>(1, 4 * d.oh * d.ow);
+                    // Rows shorter than a few vectors (a 28- or 14-wide image pools to 14 or 7)
+                    // leave the row loop in its scalar tail; float planes then go through the
+                    // gathering loop, over an offset table shared by every plane.
+                    const bool short_rows = std::is_same_v<T, float> && d.ow < 32 && out_strides[2] == d.ow &&
+                                            idx_strides[2] == d.ow && 2 * d.oh * x_strides[2] < std::int64_t{1} << 30;
+                    if (short_rows)
+                    {
+                        std::vector<std::int32_t> offsets(static_cast<std::size_t>(d.oh * d.ow));
+                        for (std::int64_t oh = 0; oh < d.oh; ++oh)
+                            for (std::int64_t ow = 0; ow < d.ow; ++ow)
+                                offsets[static_cast<std::size_t>(oh * d.ow + ow)] =
+                                    static_cast<std::int32_t>(2 * oh * x_strides[2] + 2 * ow);
+                        const auto row = static_cast<std::int32_t>(x_strides[2]);
+                        parallel_for(0, d.n * d.c, std::max<std::int64_t>(1, grain / per_plane),
+                                     [&](std::int64_t b, std::int64_t e) {
+                                         for (std::int64_t p = b; p < e; ++p)
+                                         {
+                                             const std::int64_t n = p / d.c, c = p % d.c;
+                                             const std::int64_t plane = n * x_strides[0] + c * x_strides[1];
+                                             simd_call<simd::max_pool_2x2_plane_fn>(
+                                                 op + n * out_strides[0] + c * out_strides[1],
+                                                 idx + n * idx_strides[0] + c * idx_strides[1], xp + plane,
+                                                 offsets.data(), row, plane, d.oh * d.ow);
+                                         }
+                                     });
+                        return;
+                    }
                     parallel_for(0, d.n * d.c, std::max<std::int64_t>(1, grain / per_plane),
                                  [&](std::int64_t b, std::int64_t e) {
                                      for (std::int64_t p = b; p < e; ++p)

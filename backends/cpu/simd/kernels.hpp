@@ -85,6 +85,17 @@ namespace xgrad::cpu::simd
                         std::int64_t n) const noexcept;
     };
 
+    /// The same windows over a whole plane whose rows are too short to fill vectors: window o
+    /// (o < n) has its first tap at x[offsets[o]] and the others at offsets + 1, + row and
+    /// + row + 1; out[o] = the maximum, idx[o] = base + the chosen tap's offset, by the rule
+    /// above. float only (the offsets are gathered as int32). ASSIGNS out and idx.
+    struct max_pool_2x2_plane_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* out, std::int64_t* idx, const T* x, const std::int32_t* offsets, std::int32_t row,
+                        std::int64_t base, std::int64_t n) const noexcept;
+    };
+
     /// Max pooling across a contiguous run of n channels (channels-last): window tap k < ntaps
     /// (ntaps >= 1, in (kh, kw) order) reads x[offsets[k] + j] for channel j; out[j] = the
     /// maximum over the taps, idx[j] = base + offsets[k] + j for the chosen k, by the rule of
@@ -142,6 +153,9 @@ namespace xgrad::cpu::simd
         const noexcept;                                                                                                \
     EXTERN template void xgrad::cpu::simd::max_pool_2x2_row_fn::operator()<ARCH, T>(                                   \
         ARCH, T*, std::int64_t*, const T*, std::int64_t, std::int64_t, std::int64_t) const noexcept;                   \
+    EXTERN template void xgrad::cpu::simd::max_pool_2x2_plane_fn::operator()<ARCH, T>(                                 \
+        ARCH, T*, std::int64_t*, const T*, const std::int32_t*, std::int32_t, std::int64_t, std::int64_t)              \
+        const noexcept;                                                                                                \
     EXTERN template void xgrad::cpu::simd::max_pool_taps_fn::operator()<ARCH, T>(                                      \
         ARCH, T*, std::int64_t*, const T*, const std::int64_t*, std::int64_t, std::int64_t, std::int64_t)              \
         const noexcept;

@@ -26,6 +26,8 @@
 //   instruction, so it equals the scalar 1 / std::sqrt(x) bit for bit).
 // NaN results agree everywhere. tests/backends/cpu/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
 // reference.
+#include <type_traits>
+
 #include "backends/cpu/simd/kernels.hpp"
 
 namespace xgrad::cpu::simd
@@ -358,34 +360,84 @@ namespace xgrad::cpu::simd
             impl::reduce_rows<Arch, T, false>(acc, x, row_offsets, nrows, ncols);
     }
 
-    // The max-pooling loops are plain loops, not xsimd batches: GCC vectorises both at -O3 in
-    // each instruction set's translation unit (the 2x2 one with its even/odd permutes, which
-    // xsimd 8 does not offer), and the selection is exact comparisons, so the result of an
-    // element does not depend on the vector width or on whether it falls in a tail.
+    // The max-pooling row and channel loops are plain loops, not xsimd batches: GCC vectorises
+    // both at -O3 in each instruction set's translation unit (the 2x2 one with its even/odd
+    // permutes, which xsimd 8 does not offer); the plane loop gathers with xsimd, which GCC does
+    // not do on its own here. The selection is exact comparisons, so the result of an element
+    // does not depend on the vector width or on whether it falls in a tail.
     // `take` below is the kernel's rule: the best so far is a number and v is larger or NaN.
+
+    namespace impl
+    {
+        /// The 2x2 window with its first tap at x[q]: taps q, q + 1, q + row, q + row + 1 in
+        /// that order; writes their maximum to best and returns the chosen tap's offset.
+        /// Branch-free, so that the loops calling it vectorise.
+        template <class T>
+        std::int64_t max_pool_2x2(const T* x, std::int64_t q, std::int64_t row, T& best) noexcept
+        {
+            const T b = x[q + 1], c = x[q + row], d = x[q + row + 1];
+            best = x[q];
+            std::int64_t at = q;
+            bool take = best == best && !(b <= best);
+            best = take ? b : best;
+            at = take ? q + 1 : at;
+            take = best == best && !(c <= best);
+            best = take ? c : best;
+            at = take ? q + row : at;
+            take = best == best && !(d <= best);
+            best = take ? d : best;
+            at = take ? q + row + 1 : at;
+            return at;
+        }
+    }
 
     template <class Arch, class T>
     void max_pool_2x2_row_fn::operator()(Arch, T* out, std::int64_t* idx, const T* r0, std::int64_t row,
                                          std::int64_t base, std::int64_t n) const noexcept
     {
-        const T* r1 = r0 + row;
         for (std::int64_t o = 0; o < n; ++o)
+            idx[o] = base + impl::max_pool_2x2(r0, 2 * o, row, out[o]);
+    }
+
+    template <class Arch, class T>
+    void max_pool_2x2_plane_fn::operator()(Arch, T* out, std::int64_t* idx, const T* x, const std::int32_t* offsets,
+                                           std::int32_t row, std::int64_t base, std::int64_t n) const noexcept
+    {
+        // Four gathers per batch of windows; the chosen tap is kept as a code 0..3 (exact in
+        // T) and turned into its offset when stored. `take` is the rule of the row loop above,
+        // written with isnan because xsimd's != is the ordered compare on some sets.
+        std::int64_t o = 0;
+        if constexpr (std::is_same_v<T, float>)
         {
-            const T a = r0[2 * o], b = r0[2 * o + 1], c = r1[2 * o], d = r1[2 * o + 1];
-            T best = a;
-            std::int64_t at = 2 * o;
-            bool take = best == best && !(b <= best);
-            best = take ? b : best;
-            at = take ? 2 * o + 1 : at;
-            take = best == best && !(c <= best);
-            best = take ? c : best;
-            at = take ? row + 2 * o : at;
-            take = best == best && !(d <= best);
-            best = take ? d : best;
-            at = take ? row + 2 * o + 1 : at;
-            out[o] = best;
-            idx[o] = base + at;
+            using B = impl::batch<Arch, float>;
+            using I = impl::batch<Arch, std::int32_t>;
+            constexpr std::int64_t w = impl::lanes<Arch, float>;
+            static_assert(static_cast<std::int64_t>(I::size) == w, "one int32 offset per float lane");
+            const I one(1), down(row);
+            for (; o + w <= n; o += w)
+            {
+                const I p = I::load_unaligned(offsets + o);
+                B best = B::gather(x, p), code(0.0f);
+                const auto pick = [&](const B& v, float k) {
+                    const auto take = ~xsimd::isnan(best) & ((v > best) | xsimd::isnan(v));
+                    best = xsimd::select(take, v, best);
+                    code = xsimd::select(take, B(k), code);
+                };
+                pick(B::gather(x, p + one), 1.0f);
+                pick(B::gather(x, p + down), 2.0f);
+                pick(B::gather(x, p + down + one), 3.0f);
+                best.store_unaligned(out + o);
+                alignas(64) float chosen[w];
+                code.store_aligned(chosen);
+                for (std::int64_t j = 0; j < w; ++j)
+                {
+                    const auto c = static_cast<std::int64_t>(chosen[j]);
+                    idx[o + j] = base + offsets[o + j] + (c >> 1) * row + (c & 1);
+                }
+            }
         }
+        for (; o < n; ++o)
+            idx[o] = base + impl::max_pool_2x2(x, offsets[o], row, out[o]);
     }
 
     template <class Arch, class T>
