@@ -253,7 +253,8 @@ namespace
     }
 
     // --- GEMM ---------------------------------------------------------------------------------
-    /// A product C[m, n] = op(A) op(B) of the example's step (conv: im2col + GEMM, NCHW).
+    /// A product C[m, n] = op(A) op(B) of the example's step (conv: im2col + GEMM, NCHW, then
+    /// the convolutions' products in NHWC).
     struct gemm_case
     {
         const char* name;
@@ -263,9 +264,16 @@ namespace
     constexpr gemm_case gemm_cases[] = {
         {"conv1_fwd", 32, 50176, 9, false, false},    // W [32, 9] x cols [9, N*L], N = 64, L = 784
         {"conv2_fwd", 64, 12544, 288, false, false},  // W [64, 288] x cols [288, N*L], L = 196
+        {"conv1_dw", 32, 9, 50176, false, true},      // dY [32, N*L] x cols^T
         {"conv2_dw", 64, 288, 12544, false, true},    // dY [64, N*L] x cols^T
         {"conv2_dcols", 288, 12544, 64, true, false}, // W^T x dY
         {"fc1_fwd", 64, 128, 3136, false, true},      // X [64, 3136] x W^T
+        // The same convolutions in NHWC: cols [N*L, K] x W [K, O] -> [N*L, O], and backward.
+        {"conv1_fwd_nhwc", 50176, 32, 9, false, false},
+        {"conv2_fwd_nhwc", 12544, 64, 288, false, false},
+        {"conv1_dw_nhwc", 9, 32, 50176, true, false},      // cols^T x dY
+        {"conv2_dw_nhwc", 288, 64, 12544, true, false},    // cols^T x dY
+        {"conv2_dcols_nhwc", 12544, 288, 64, false, true}, // dY x W^T
     };
 
     struct gemm_operands

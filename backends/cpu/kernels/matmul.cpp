@@ -60,6 +60,31 @@ namespace xgrad::cpu
         /// call's column count changes, so such products depend on the thread count in their
         /// last bits on those processors.
         constexpr std::int64_t block_align = 96;
+        /// Depth splits (see k_chunks): a chunk is at least this deep, there are at most
+        /// max_k_chunks of them, and their partial products hold at most k_split_scratch
+        /// elements beside the output.
+        constexpr std::int64_t k_chunk_min = 512;
+        constexpr std::int64_t max_k_chunks = 64;
+        constexpr std::int64_t k_split_scratch = std::int64_t{1} << 20;
+
+        /// How many chunks of k a product is summed in (1: not cut), from its shape alone, so
+        /// that the same shape gives the same bits at every thread count. A product whose
+        /// output is small beside its depth (a weight gradient: dY [O, N*L] x cols^T, or a
+        /// linear layer on a small batch) has too few 96-line blocks of output rows or columns
+        /// to give every thread one (conv2d's 64 x 288 x 12544 weight gradient has 3, a
+        /// 32 x 9 x 50176 one none), so it is cut along k instead: each chunk's partial
+        /// product is a GEMM of its own, on any thread, and the partials are added in chunk
+        /// order. Cut only where the output is narrower than 8 blocks both ways and every chunk
+        /// is at least k_chunk_min deep (OpenBLAS's own depth blocking is 256-384, so such a
+        /// chunk still runs its kernels at full speed).
+        std::int64_t k_chunks(std::int64_t m, std::int64_t n, std::int64_t k)
+        {
+            if (std::max(m, n) >= 8 * block_align || k < 2 * k_chunk_min ||
+                static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <
+                    static_cast<double>(parallel_work))
+                return 1;
+            return std::clamp<std::int64_t>(std::min(k / k_chunk_min, k_split_scratch / (m * n)), 1, max_k_chunks);
+        }
 
         // ---------------------------------------------------------------------------------
         // matmul
@@ -117,19 +142,72 @@ namespace xgrad::cpu
             return {pack.data(), blas_view{CblasNoTrans, static_cast<int>(cols)}, cols, 1};
         }
 
+        /// Memory for the partial products of depth-split GEMMs, kept per thread between calls
+        /// (at most k_split_scratch elements) so that a training step's products do not map
+        /// and fault in fresh pages every time.
+        template <class T>
+        T* k_split_partials(std::size_t elements)
+        {
+            thread_local std::vector<T> partials;
+            if (partials.size() < elements)
+                partials.resize(elements);
+            return partials.data();
+        }
+
+        /// C = A B as `chunks` partial products over consecutive ranges of k (chunk i covers
+        /// [i k / chunks, (i + 1) k / chunks)), chunk 0 written into c and the others into
+        /// `partials` ((chunks - 1) * m * n elements), then added into c in chunk order. The
+        /// chunks run over the pool when `parallel` (the caller's thread is not inside a
+        /// parallel_for), otherwise on the calling thread; the bits are the same either way.
+        template <class T>
+        void gemm_k_split(const blas_operand<T>& a, const blas_operand<T>& b, int m, int n, std::int64_t k,
+                          std::int64_t chunks, T* c, T* partials, bool parallel)
+        {
+            const std::int64_t mn = std::int64_t{m} * n;
+            const auto chunk = [&](std::int64_t first, std::int64_t last) {
+                for (std::int64_t i = first; i < last; ++i)
+                {
+                    const std::int64_t begin = i * k / chunks, end = (i + 1) * k / chunks;
+                    gemm(a.view.trans, b.view.trans, m, n, static_cast<int>(end - begin), a.data + begin * a.col_step,
+                         a.view.ld, b.data + begin * b.row_step, b.view.ld, i == 0 ? c : partials + (i - 1) * mn, n);
+                }
+            };
+            const auto add = [&](std::int64_t first, std::int64_t last) {
+                for (std::int64_t i = 1; i < chunks; ++i)
+                {
+                    const T* part = partials + (i - 1) * mn;
+                    for (std::int64_t e = first; e < last; ++e)
+                        c[e] += part[e];
+                }
+            };
+            if (!parallel)
+            {
+                chunk(0, chunks);
+                add(0, mn);
+                return;
+            }
+            parallel_for(0, chunks, 1, chunk);
+            parallel_for(0, mn, grain, add);
+        }
+
         /// Batched GEMM through CBLAS (one single-threaded cblas_?gemm per block), over xgrad's
         /// pool: batch entries go to the threads whole when there are at least as many as
         /// threads; otherwise each product is split into blocks of rows of C (or of columns,
         /// when C is wider than tall), one per thread, the products one after the other.
         ///
+        /// Products that are small beside their depth are cut along k instead (k_chunks), by a
+        /// rule of the shape alone.
+        ///
         /// What holds across thread counts: every element of C is one dot product over the whole
-        /// of k computed by OpenBLAS from the same row of A and column of B; blocks only choose
-        /// which call computes it. Splitting batches therefore gives bit-identical results. A
-        /// split product can differ in the last bits, because OpenBLAS may pick other kernels
-        /// for a block's edge than for the whole matrix; OpenBLAS's own threading splits rows
-        /// and columns the same way, so the guarantee is the one it gives: equal up to the
-        /// rounding of a k-term dot product. At a fixed thread count every result is
-        /// reproducible (the blocks depend only on the shapes and the thread count).
+        /// of k (or the chunk-order sum of k_chunks(m, n, k) such products over fixed ranges of
+        /// k) computed by OpenBLAS from the same row of A and column of B; blocks only choose
+        /// which call computes it. Splitting batches and depth-split products therefore give
+        /// bit-identical results, and so do row splits (block_align). A column split can differ
+        /// in the last bits, because OpenBLAS may pick other kernels for a block's edge than for
+        /// the whole matrix; OpenBLAS's own threading splits rows and columns the same way, so
+        /// the guarantee is the one it gives: equal up to the rounding of a k-term dot product.
+        /// At a fixed thread count every result is reproducible (the blocks depend only on the
+        /// shapes and the thread count).
         template <class T>
         void matmul_impl(T* out, const T* a, const std::int64_t* a_strides, const T* b, const std::int64_t* b_strides,
                          std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
@@ -155,6 +233,7 @@ namespace xgrad::cpu
             const double product_work = static_cast<double>(mn) * static_cast<double>(k);
             const bool is_small = static_cast<double>(batch) * product_work < static_cast<double>(parallel_work);
             const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+            const std::int64_t chunks = k_chunks(m, n, k);
             if (threads == 1 || is_small || batch >= threads)
             {
                 // Whole products, at least parallel_work of them a chunk (all inline when small).
@@ -162,13 +241,29 @@ namespace xgrad::cpu
                     std::ceil(static_cast<double>(parallel_work) / std::max(1.0, product_work)));
                 parallel_for(0, batch, is_small ? batch : min_batches, [&](std::int64_t begin, std::int64_t end) {
                     std::vector<T> pack_a, pack_b;
+                    T* partials = chunks > 1 ? k_split_partials<T>(static_cast<std::size_t>((chunks - 1) * mn))
+                                             : nullptr;
                     for (std::int64_t p = begin; p < end; ++p)
                     {
                         const auto [oa, ob] = product(p, pack_a, pack_b);
-                        gemm(oa.view.trans, ob.view.trans, im, in, ik, oa.data, oa.view.ld, ob.data, ob.view.ld,
-                             out + p * mn, in);
+                        if (chunks > 1)
+                            gemm_k_split(oa, ob, im, in, k, chunks, out + p * mn, partials, false);
+                        else
+                            gemm(oa.view.trans, ob.view.trans, im, in, ik, oa.data, oa.view.ld, ob.data, ob.view.ld,
+                                 out + p * mn, in);
                     }
                 });
+                return;
+            }
+            if (chunks > 1)
+            {
+                std::vector<T> pack_a, pack_b;
+                T* partials = k_split_partials<T>(static_cast<std::size_t>((chunks - 1) * mn));
+                for (std::int64_t p = 0; p < batch; ++p)
+                {
+                    const auto [oa, ob] = product(p, pack_a, pack_b);
+                    gemm_k_split(oa, ob, im, in, k, chunks, out + p * mn, partials, true);
+                }
                 return;
             }
             const bool split_rows = m >= n;

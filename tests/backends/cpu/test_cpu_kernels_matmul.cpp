@@ -97,6 +97,13 @@ namespace
                      40, 8, 7, 9);
         check_matmul(matrix<T>(gen, 2, 200, 150, major::column, 1, false),
                      matrix<T>(gen, 2, 150, 170, major::row, 0, true), 2, 200, 170, 150);
+        // Products small beside their depth are summed in chunks of k (matmul.cpp, k_chunks):
+        // one product over the pool (batch 1 < 3 threads), and three, one per thread, each
+        // summing its chunks on its own thread; both operand majors and a padded one.
+        check_matmul(matrix<T>(gen, 1, 17, 3000, major::row, 0, false),
+                     matrix<T>(gen, 1, 3000, 9, major::column, 2, false), 1, 17, 9, 3000);
+        check_matmul(matrix<T>(gen, 3, 40, 2100, major::column, 0, false),
+                     matrix<T>(gen, 3, 2100, 33, major::row, 0, true), 3, 40, 33, 2100);
         // Operands BLAS cannot read in place are packed: rows broadcast (row stride 0) and a
         // column stride 0 (every column the same).
         auto a = matrix<T>(gen, 3, 5, 4, major::row, 0, false);

@@ -252,12 +252,16 @@ TEST_CASE("results do not depend on the thread count")
     generator g(11);
     const tensor x = randn({257, 1031}, g); // odd sizes, several chunks
     const tensor w = randn({1031, 33}, g);
+    // A product small beside its depth (a weight gradient's shape), which matmul sums in
+    // chunks of k by a rule of the shape alone.
+    const tensor dy = randn({24, 4100}, g), cols = randn({4100, 40}, g);
     std::vector<std::vector<double>> runs;
     for (int threads : {1, 2, 3})
     {
         set_num_threads(threads);
-        runs.push_back(to_vector(concat(
-            {sum(x, {0}), sum(x, {1}).reshape({1, -1}).reshape({-1}), max(tanh(x), {1}), sum(matmul(x, w), {1})}, 0)));
+        runs.push_back(to_vector(concat({sum(x, {0}), sum(x, {1}).reshape({1, -1}).reshape({-1}), max(tanh(x), {1}),
+                                         sum(matmul(x, w), {1}), matmul(dy, cols).reshape({-1})},
+                                        0)));
     }
     set_num_threads(saved);
     CHECK(runs[0] == runs[1]);
