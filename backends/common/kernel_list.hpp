@@ -100,9 +100,12 @@ namespace xgrad::kernels
     /// The adjoint of take: out (contiguous, out_numel elements) = 0, then g[i] added at idx[i]
     /// for i = 0..n-1 in that order (16-bit dtypes summed in float32, rounded once). Returns the
     /// first i whose idx is outside [0, out_numel), or -1 (out is then complete). ASSIGNS out:
-    /// nothing is added to its previous contents.
+    /// nothing is added to its previous contents. `distinct`: the caller guarantees that no
+    /// position repeats (max pooling whose windows do not overlap), so each element gets at
+    /// most one term and the kernel may add them in any order (over threads, with no sort on a
+    /// GPU); the result is bit for bit that of distinct = false.
     using put_add_fn = std::int64_t(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
-                                    std::int64_t n);
+                                    std::int64_t n, bool distinct);
 
     // ---- sliding windows (conv2d, pooling) -------------------------------------------------
 

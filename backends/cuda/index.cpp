@@ -244,6 +244,23 @@ namespace xgrad::cuda
         }
     }
 
+    namespace
+    {
+        /// put_add's distinct case: out = 0, then out[idx[i]] = 0 + g[i] (summed in the same
+        /// type as sum_runs, so the bits are its).
+        template <class T>
+        void scatter_distinct(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, std::int64_t n)
+        {
+            using E = detail::element<T>;
+            using A = typename sum_type<T>::type;
+            detail::for_each_index(out_numel, [=] XGRAD_HOST_DEVICE(std::int64_t o) { E::store(out, o, A(0)); });
+            detail::for_each_index(n, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
+                const A v = E::load(g, i);
+                E::store(out, idx[i], A(0) + v);
+            });
+        }
+    }
+
     std::int64_t one_hot(void* out, const std::int64_t* labels, dtype dt, std::int64_t n, std::int64_t classes)
     {
         const std::int64_t bad = first_bad(labels, n, classes);
@@ -290,13 +307,26 @@ namespace xgrad::cuda
     }
 
     std::int64_t put_add(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
-                         std::int64_t n)
+                         std::int64_t n, bool distinct)
     {
         const std::int64_t bad = first_bad(idx, n, out_numel);
         if (bad >= 0)
             return bad;
         if (out_numel <= 0)
             return -1;
+        if (distinct)
+        {
+            // At most one term per element: zero, then scatter, with no sort.
+            switch (dt)
+            {
+            case dtype::float32: scatter_distinct<float>(out, out_numel, g, idx, n); break;
+            case dtype::float64: scatter_distinct<double>(out, out_numel, g, idx, n); break;
+            case dtype::float16: scatter_distinct<float16_t>(out, out_numel, g, idx, n); break;
+            case dtype::bfloat16: scatter_distinct<bfloat16_t>(out, out_numel, g, idx, n); break;
+            case dtype::int64: scatter_distinct<std::int64_t>(out, out_numel, g, idx, n); break;
+            }
+            return -1;
+        }
         const std::size_t bytes = checked_bytes(n > 0 ? n : 1, sizeof(std::int64_t), "cuda put_add: sort keys");
         detail::device_buffer keys_buf(bytes), pos_buf(bytes);
         std::int64_t* keys = keys_buf.as<std::int64_t>();

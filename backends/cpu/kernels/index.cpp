@@ -5,6 +5,7 @@
 // NCHW and the channels-last windows) sit beside its general loop, which the tests compare
 // them with, and every level gives the same bits.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -21,6 +22,26 @@ namespace xgrad::cpu
     {
         using detail::grain;
         using detail::simd_call;
+
+        /// The first i < n with idx[i] outside [0, numel), or -1; checked over the threads (each
+        /// block stops at its first bad position, and the least of those is the first).
+        std::int64_t first_bad_position(const std::int64_t* idx, std::int64_t n, std::int64_t numel)
+        {
+            std::atomic<std::int64_t> first{n};
+            parallel_for(0, n, grain, [&](std::int64_t b, std::int64_t e) {
+                for (std::int64_t i = b; i < e; ++i)
+                    if (idx[i] < 0 || idx[i] >= numel)
+                    {
+                        std::int64_t seen = first.load(std::memory_order_relaxed);
+                        while (i < seen && !first.compare_exchange_weak(seen, i, std::memory_order_relaxed))
+                        {
+                        }
+                        return;
+                    }
+            });
+            const std::int64_t bad = first.load();
+            return bad < n ? bad : -1;
+        }
     }
 
     namespace
@@ -231,9 +252,8 @@ namespace xgrad::cpu
 
     std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)
     {
-        for (std::int64_t i = 0; i < n; ++i)
-            if (idx[i] < 0 || idx[i] >= x_numel)
-                return i;
+        if (const std::int64_t bad = first_bad_position(idx, n, x_numel); bad >= 0)
+            return bad;
         detail::visit_dtype(dt, [&](auto tag) {
             using T = decltype(tag);
             T* o = static_cast<T*>(out);
@@ -247,16 +267,29 @@ namespace xgrad::cpu
     }
 
     std::int64_t put_add(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
-                         std::int64_t n)
+                         std::int64_t n, bool distinct)
     {
-        for (std::int64_t i = 0; i < n; ++i)
-            if (idx[i] < 0 || idx[i] >= out_numel)
-                return i;
+        if (const std::int64_t bad = first_bad_position(idx, n, out_numel); bad >= 0)
+            return bad;
         detail::visit_with_stats(dt, [&](auto tag, auto stats) {
             using T = decltype(tag);
             using S = decltype(stats);
             T* o = static_cast<T*>(out);
             const T* gp = static_cast<const T*>(g);
+            if (distinct)
+            {
+                // One term per element at most: the zero fill and the scatter both split over
+                // the threads. Each term is still added to the zero (0 + -0 is +0, as in the
+                // serial sum), and a 16-bit one rounds back exactly.
+                parallel_for(0, out_numel, grain, [&](std::int64_t b, std::int64_t e) {
+                    std::fill(o + b, o + e, detail::convert<T>(S(0)));
+                });
+                parallel_for(0, n, grain, [&](std::int64_t b, std::int64_t e) {
+                    for (std::int64_t i = b; i < e; ++i)
+                        o[idx[i]] = detail::convert<T>(S(0) + detail::convert<S>(gp[i]));
+                });
+                return;
+            }
             // The scatter is serial, in index order, so that colliding indices (overlapping
             // windows) always add in the same order; the zero fill before it, which writes
             // every output element (four times the scatter's for a 2x2 pool), is split over

@@ -200,9 +200,16 @@ namespace xgrad
                 .max_pool2d(out.data_ptr(), os.data(), idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(),
                             x.dtype(), d);
         }
-        record("max_pool2d", {xc}, {out}, [idx, shape = xc.shape()](function_node&, const std::vector<tensor>& g) {
-            return std::vector<tensor>{put_add(g[0], idx, shape)};
-        });
+        // Windows that do not overlap (each stride at least the window's extent, the usual
+        // 2x2 / stride 2) select distinct positions, whose scatter needs no fixed order.
+        const auto& w = s.window;
+        const bool disjoint = w.stride[0] >= (w.kernel[0] - 1) * w.dilation[0] + 1 &&
+                              w.stride[1] >= (w.kernel[1] - 1) * w.dilation[1] + 1;
+        record("max_pool2d", {xc}, {out},
+               [idx, disjoint, shape = xc.shape()](function_node&, const std::vector<tensor>& g) {
+                   return std::vector<tensor>{disjoint ? detail::put_add_distinct(g[0], idx, shape)
+                                                       : put_add(g[0], idx, shape)};
+               });
         return out;
     }
 

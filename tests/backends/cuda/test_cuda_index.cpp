@@ -329,14 +329,36 @@ TEST_CASE("cuda index kernels: take, put_add and one_hot match the CPU, includin
                 const tensor gt = g.to(dt), gd = gt.to(gpu);
                 tensor pwant = filled(out_numel, nan_value, dt);
                 const tensor pgot = filled(out_numel, nan_value, dt).to(gpu);
-                CHECK(cpu_kernels().put_add(pwant.data_ptr(), out_numel, gt.data_ptr(), pt.data<std::int64_t>(), dt,
-                                            n) == -1);
-                CHECK(dev_kernels().put_add(pgot.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt,
-                                            n) == -1);
+                CHECK(cpu_kernels().put_add(pwant.data_ptr(), out_numel, gt.data_ptr(), pt.data<std::int64_t>(), dt, n,
+                                            false) == -1);
+                CHECK(dev_kernels().put_add(pgot.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt, n,
+                                            false) == -1);
                 check_same_bits(pwant, pgot, "put_add");
                 const tensor again = filled(out_numel, nan_value, dt).to(gpu);
-                dev_kernels().put_add(again.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt, n);
+                dev_kernels().put_add(again.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt, n,
+                                      false);
                 check_same_bits(pgot, again, "put_add twice");
+
+                // Distinct positions (a shuffled prefix of 0..out-1, with gaps), the scatter
+                // with no sort: the bits of the CPU's ordered sum, negative zeros included.
+                const std::int64_t spread = n + pick(gen, 1, 40);
+                std::vector<std::int64_t> perm(static_cast<std::size_t>(spread));
+                for (std::size_t i = 0; i < perm.size(); ++i)
+                    perm[i] = static_cast<std::int64_t>(i);
+                std::shuffle(perm.begin(), perm.end(), gen);
+                perm.resize(static_cast<std::size_t>(n));
+                const tensor dt_pos = int64_tensor(perm), dd_pos = dt_pos.to(gpu);
+                std::vector<double> gv = to_vector(g);
+                for (std::size_t i = 0; i < gv.size(); i += 3)
+                    gv[i] = -0.0;
+                const tensor gz = from_host(gv.data(), {n}, dtype::float64).to(dt);
+                tensor dwant = filled(spread, nan_value, dt);
+                const tensor dgot = filled(spread, nan_value, dt).to(gpu);
+                CHECK(cpu_kernels().put_add(dwant.data_ptr(), spread, gz.data_ptr(), dt_pos.data<std::int64_t>(), dt, n,
+                                            false) == -1);
+                CHECK(dev_kernels().put_add(dgot.data_ptr(), spread, gz.to(gpu).data_ptr(), dd_pos.data<std::int64_t>(),
+                                            dt, n, true) == -1);
+                check_same_bits(dwant, dgot, "put_add distinct");
             }
 
             // one_hot
@@ -372,8 +394,9 @@ TEST_CASE("cuda index kernels: take, put_add and one_hot match the CPU, includin
                 {
                     const tensor g = random_cpu({n}, dt, 6).to(gpu);
                     const tensor out = filled(x_numel, 0, dt).to(gpu);
-                    CHECK(dev_kernels().put_add(out.data_ptr(), x_numel, g.data_ptr(), btd.data<std::int64_t>(), dt,
-                                                n) == first);
+                    for (const bool distinct : {false, true})
+                        CHECK(dev_kernels().put_add(out.data_ptr(), x_numel, g.data_ptr(), btd.data<std::int64_t>(), dt,
+                                                    n, distinct) == first);
                 }
                 const std::int64_t rows_b = std::min<std::int64_t>(n, 3 * x_numel);
                 const tensor out = filled(rows_b * x_numel, 0, dt).to(gpu);

@@ -3,6 +3,7 @@
 // assign contract with pre-filled outputs, tie and NaN rules, and clear errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -64,8 +65,12 @@ TEST_CASE("index kernels assign every output element (pre-filled outputs)")
     const float x[4] = {1, 2, 3, 4};
     const std::int64_t idx[3] = {3, 3, 1};
     std::vector<float> out(4, nan);
-    CHECK(cpu::put_add(out.data(), 4, x, idx, dtype::float32, 3) == -1);
+    CHECK(cpu::put_add(out.data(), 4, x, idx, dtype::float32, 3, false) == -1);
     CHECK(out == std::vector<float>{0, 3, 0, 3});
+    const std::int64_t distinct_idx[3] = {3, 0, 1};
+    std::fill(out.begin(), out.end(), nan);
+    CHECK(cpu::put_add(out.data(), 4, x, distinct_idx, dtype::float32, 3, true) == -1);
+    CHECK(out == std::vector<float>{2, 3, 0, 1});
     std::vector<float> gathered(3, nan);
     CHECK(cpu::take(gathered.data(), x, 4, idx, dtype::float32, 3) == -1);
     CHECK(gathered == std::vector<float>{4, 4, 2});
@@ -84,6 +89,57 @@ TEST_CASE("index kernels assign every output element (pre-filled outputs)")
     cpu::max_pool2d(maxima.data(), is, am.data(), is, img, xs, dtype::float32, d);
     CHECK(am == std::vector<std::int64_t>{3, 5, 7, 5});
     CHECK(maxima == std::vector<float>{7, 9, 8, 9});
+}
+
+TEST_CASE("put_add with distinct positions: the ordered sum's bits at every thread count, and the first bad index")
+{
+    const int saved = get_num_threads();
+    std::mt19937_64 gen(5);
+    // More positions than one thread's block, a shuffled subset of the outputs; terms of
+    // every sign, zeros of both signs among them (0 + -0 is +0 in the ordered sum).
+    const std::int64_t n = 300000, out_numel = 400000;
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(out_numel));
+    for (std::size_t i = 0; i < pos.size(); ++i)
+        pos[i] = static_cast<std::int64_t>(i);
+    std::shuffle(pos.begin(), pos.end(), gen);
+    pos.resize(static_cast<std::size_t>(n));
+    std::normal_distribution<double> dist;
+    std::vector<double> gd(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < gd.size(); ++i)
+        gd[i] = i % 5 == 0 ? -0.0 : dist(gen);
+    for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16})
+    {
+        INFO(name(dt));
+        const tensor g = from_host(gd.data(), {n}, dtype::float64).to(dt);
+        const std::size_t bytes = static_cast<std::size_t>(out_numel) * itemsize(dt);
+        set_num_threads(1);
+        std::vector<unsigned char> want(bytes, 0xff);
+        CHECK(cpu::put_add(want.data(), out_numel, g.data_ptr(), pos.data(), dt, n, false) == -1);
+        for (const int threads : {1, 2, 3})
+        {
+            set_num_threads(threads);
+            std::vector<unsigned char> got(bytes, 0xff); // pre-filled: every element must be assigned
+            CHECK(cpu::put_add(got.data(), out_numel, g.data_ptr(), pos.data(), dt, n, true) == -1);
+            CHECK_MESSAGE(got == want, "threads ", threads);
+        }
+    }
+    // Bad positions in several threads' blocks: the first one is reported, in both modes.
+    std::vector<std::int64_t> bad = pos;
+    bad[280000] = -1;
+    bad[150001] = out_numel;
+    bad[299999] = -7;
+    const std::vector<float> g(static_cast<std::size_t>(n), 1.0f);
+    std::vector<float> out(static_cast<std::size_t>(out_numel)), src(static_cast<std::size_t>(out_numel), 2.0f);
+    for (const int threads : {1, 2, 3})
+    {
+        set_num_threads(threads);
+        for (const bool distinct : {false, true})
+        {
+            CHECK(cpu::put_add(out.data(), out_numel, g.data(), bad.data(), dtype::float32, n, distinct) == 150001);
+            CHECK(cpu::take(out.data(), src.data(), out_numel, bad.data(), dtype::float32, n) == 150001);
+        }
+    }
+    set_num_threads(saved);
 }
 
 TEST_CASE("max_pool2d kernel: every window shape, layout and SIMD level against a direct search")
