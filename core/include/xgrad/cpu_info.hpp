@@ -11,9 +11,10 @@ namespace xgrad
     std::string cpu_kernels_description();
 
     /// Empty, or one sentence on how this machine's GEMMs could run faster without rebuilding
-    /// anything: said when the processor has AVX-512 and OpenBLAS selected a kernel set without
-    /// it (an OpenBLAS release older than the processor, such as Debian 12's 0.3.21 on AMD
-    /// Zen 5, which falls back to its Haswell kernels). OpenBLAS reads its choice from the
-    /// environment before any code of xgrad runs, so xgrad can only name the setting.
+    /// anything: said when the processor has AVX-512 and OpenBLAS runs a kernel set without it,
+    /// either because OPENBLAS_CORETYPE in the environment names such a set (the sentence then
+    /// names the variable's value) or because the OpenBLAS release is older than the processor.
+    /// OpenBLAS makes its choice when it is loaded, before any code of xgrad runs, so xgrad
+    /// can only name the setting.
     std::string blas_performance_hint();
 }

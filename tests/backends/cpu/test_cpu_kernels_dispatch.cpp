@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <set>
@@ -69,7 +70,13 @@ TEST_CASE("cpu_kernels_description names the level in use and the BLAS; the hint
     INFO(core, ": '", hint, "'");
     CHECK(hint.empty() == (cpu::simd_supported() < cpu::simd_level::avx512 || avx512_kernels));
     if (!hint.empty())
+    {
         CHECK(hint.find("OPENBLAS_CORETYPE=SkylakeX") != std::string::npos);
+        // A kernel set the environment asked for is named as the cause.
+        const char* set = std::getenv("OPENBLAS_CORETYPE");
+        if (set != nullptr && *set != '\0')
+            CHECK(hint.find(std::string("OPENBLAS_CORETYPE=") + set + " in the environment") == 0);
+    }
 }
 
 TEST_CASE("cpu kernels: the dispatch serves the reference table at simd_level::scalar, the fast one above")
