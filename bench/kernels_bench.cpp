@@ -307,7 +307,8 @@ namespace
         const std::int64_t bs[3] = {0, g.trans_b ? 1 : g.n, g.trans_b ? g.k : 1};
         for (auto _ : state)
         {
-            cpu::fast_kernels().matmul(d.c.data(), d.a.data(), as, d.b.data(), bs, dtype::float32, 1, g.m, g.n, g.k);
+            cpu::fast_kernels().matmul(d.c.data(), d.a.data(), as, d.b.data(), bs, dtype::float32, 1, g.m, g.n, g.k,
+                                       false);
             benchmark::ClobberMemory();
         }
         set_gemm_counters(state, g);

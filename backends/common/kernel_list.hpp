@@ -69,13 +69,16 @@ namespace xgrad::kernels
     /// float64 or int64.
     using argmax_fn = void(std::int64_t* out, const std::int64_t* out_strides, const void* x,
                            const std::int64_t* x_strides, dtype dt, int ndim, const std::int64_t* shape);
-    /// out[p] = a[p] @ b[p] for p < batch; out is contiguous [batch, m, n]. a_strides and
-    /// b_strides are {batch, row, column} strides; for each of a and b the row or the column
-    /// stride is 1 (the ops layer guarantees it). k may be 0 (out = 0). dt float32 or float64.
-    /// Throws std::invalid_argument when m, n or k exceeds the backend's BLAS limit (INT_MAX).
+    /// out[p] = a[p] @ b[p] for p < batch; out is contiguous [batch, m, n]. ASSIGNS out when
+    /// accumulate is false (out's old values are never read, so NaN there does not matter)
+    /// and ADDS a[p] @ b[p] to out when it is true (GEMM's beta = 1: an addend such as a bias
+    /// costs no pass of its own). a_strides and b_strides are {batch, row, column} strides; for
+    /// each of a and b the row or the column stride is 1 (the ops layer guarantees it). k may be
+    /// 0 (out = 0, or out unchanged when accumulating). dt float32 or float64. Throws
+    /// std::invalid_argument when m, n or k exceeds the backend's BLAS limit (INT_MAX).
     using matmul_fn = void(void* out, const void* a, const std::int64_t* a_strides, const void* b,
                            const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n,
-                           std::int64_t k);
+                           std::int64_t k, bool accumulate);
 
     // ---- indexing --------------------------------------------------------------------------
 

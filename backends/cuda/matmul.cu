@@ -49,19 +49,19 @@ namespace xgrad::cuda
 
         cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const float* a, int lda, long long sa, const float* b, int ldb, long long sb, float* c,
-                            int ldc, long long sc, int batch)
+                            int ldc, long long sc, int batch, bool accumulate)
         {
-            const float one = 1.0f, zero = 0.0f;
-            return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c, ldc, sc,
+            const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+            return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc,
                                              batch);
         }
 
         cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const double* a, int lda, long long sa, const double* b, int ldb, long long sb, double* c,
-                            int ldc, long long sc, int batch)
+                            int ldc, long long sc, int batch, bool accumulate)
         {
-            const double one = 1.0, zero = 0.0;
-            return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c, ldc, sc,
+            const double one = 1.0, beta = accumulate ? 1.0 : 0.0;
+            return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc,
                                              batch);
         }
 
@@ -90,10 +90,12 @@ namespace xgrad::cuda
         template <class T>
         void matmul_impl(void* out, const void* a, const std::int64_t* a_strides, const void* b,
                          const std::int64_t* b_strides, dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n,
-                         std::int64_t k)
+                         std::int64_t k, bool accumulate)
         {
             if (k == 0)
             {
+                if (accumulate)
+                    return; // out += an empty product
                 const std::array<std::int64_t, 1> shape{batch * m * n}, strides{1};
                 fill(out, strides.data(), dt, 1, shape.data(), 0.0);
                 return;
@@ -118,7 +120,7 @@ namespace xgrad::cuda
                                static_cast<const T*>(ob.ptr) + p0 * ob.batch_stride, ob.view.ld, ob.batch_stride,
                                static_cast<const T*>(oa.ptr) + p0 * oa.batch_stride, oa.view.ld, oa.batch_stride,
                                static_cast<T*>(out) + p0 * m * n, static_cast<int>(n), static_cast<long long>(m * n),
-                               nb),
+                               nb, accumulate),
                           "cublas?gemmStridedBatched");
                 }
             }
@@ -134,14 +136,14 @@ namespace xgrad::cuda
     }
 
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
-                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate)
     {
         kernels::detail::check_matmul_dims(m, n, k);
         if (batch <= 0 || m == 0 || n == 0)
             return;
         if (dt == dtype::float64)
-            matmul_impl<double>(out, a, a_strides, b, b_strides, dt, batch, m, n, k);
+            matmul_impl<double>(out, a, a_strides, b, b_strides, dt, batch, m, n, k, accumulate);
         else
-            matmul_impl<float>(out, a, a_strides, b, b_strides, dt, batch, m, n, k);
+            matmul_impl<float>(out, a, a_strides, b, b_strides, dt, batch, m, n, k, accumulate);
     }
 }

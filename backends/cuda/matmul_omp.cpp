@@ -12,8 +12,8 @@ namespace xgrad::cpu
 namespace xgrad::cuda
 {
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
-                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate)
     {
-        cpu::fast_kernels().matmul(out, a, a_strides, b, b_strides, dt, batch, m, n, k);
+        cpu::fast_kernels().matmul(out, a, a_strides, b, b_strides, dt, batch, m, n, k, accumulate);
     }
 }

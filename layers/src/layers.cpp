@@ -142,8 +142,11 @@ namespace xgrad::nn
         if (!x.defined() || x.dim() < 1 || x.size(-1) != m_options.in_features)
             fail("expected an input of shape [..., " + std::to_string(m_options.in_features) + "], got " +
                  (x.defined() ? shape_to_string(x.shape()) : std::string("an undefined tensor")));
-        // matmul reads the transposed weight in place (no copy).
-        tensor y = matmul(x, parameter("weight").transpose(0, 1));
+        // matmul reads the transposed weight in place (no copy); the bias joins in the GEMM.
+        const tensor wt = parameter("weight").transpose(0, 1);
+        if (m_options.bias && x.dim() >= 2)
+            return matmul_add(x, wt, parameter("bias"));
+        tensor y = matmul(x, wt);
         return m_options.bias ? y + parameter("bias") : y;
     }
 

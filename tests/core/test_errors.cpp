@@ -14,6 +14,14 @@ TEST_CASE("shape errors name the shapes")
     CHECK_ERROR(matmul(zeros({2, 2, 3}), zeros({3, 3, 5})), std::invalid_argument, "[2, 2, 3]", "[3, 3, 5]", "batch");
     CHECK_ERROR(matmul(zeros({3}), zeros({4})), std::invalid_argument, "[3]", "[4]");
     CHECK_ERROR(matmul(zeros({}), zeros({4})), std::invalid_argument, "[]");
+    CHECK_ERROR(matmul_add(zeros({2, 3}), zeros({3, 5}), zeros({4})), std::invalid_argument, "matmul_add", "[4]",
+                "[2, 5]");
+    // An addend that would enlarge the product is refused, not broadcast over it.
+    CHECK_ERROR(matmul_add(zeros({2, 3}), zeros({3, 5}), zeros({3, 2, 5})), std::invalid_argument, "[3, 2, 5]",
+                "[2, 5]");
+    CHECK_ERROR(matmul_add(zeros({3}), zeros({3, 5}), zeros({5})), std::invalid_argument, "two dimensions", "[3]");
+    CHECK_ERROR(matmul_add(zeros({2, 3}), zeros({4, 5}), zeros({5})), std::invalid_argument, "[2, 3]", "[4, 5]",
+                "inner");
     CHECK_ERROR(reshape(zeros({2, 3}), {4, 2}), std::invalid_argument, "[4, 2]", "[2, 3]");
     CHECK_ERROR(reshape(zeros({2, 3}), {-1, -1}), std::invalid_argument, "-1");
     CHECK_ERROR(reshape(zeros({2, 3}), {4, -1}), std::invalid_argument, "[4, -1]");
@@ -44,6 +52,9 @@ TEST_CASE("dtype errors name the dtypes")
 {
     CHECK_ERROR(add(zeros({2}), zeros({2}, dtype::float64)), std::invalid_argument, "float32", "float64");
     CHECK_ERROR(matmul(zeros({2, 2}), zeros({2, 2}, dtype::float16)), std::invalid_argument, "float32", "float16");
+    CHECK_ERROR(matmul_add(zeros({2, 2}), zeros({2, 2}), zeros({2}, dtype::float64)), std::invalid_argument, "float32",
+                "float64");
+    CHECK_ERROR(matmul_add(zeros({2, 2}), zeros({2, 2}), tensor{}), std::invalid_argument, "undefined");
     CHECK_ERROR(exp(zeros({2}, dtype::int64)), std::invalid_argument, "int64", "exp");
     CHECK_ERROR(sum(zeros({2}, dtype::int64)), std::invalid_argument, "int64");
     CHECK_ERROR(one_hot(zeros({2}), 3), std::invalid_argument, "int64", "float32");

@@ -105,16 +105,17 @@ namespace xgrad::cpu
             return blas_view{v->transposed ? CblasTrans : CblasNoTrans, v->ld};
         }
 
+        /// C = A B (beta 0: OpenBLAS never reads C) or C += A B (accumulate: beta 1).
         void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda, const float* b,
-                  int ldb, float* c, int ldc)
+                  int ldb, float* c, int ldc, bool accumulate)
         {
-            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
         }
 
         void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a, int lda,
-                  const double* b, int ldb, double* c, int ldc)
+                  const double* b, int ldb, double* c, int ldc, bool accumulate)
         {
-            cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+            cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, accumulate ? 1.0 : 0.0, c, ldc);
         }
 
         /// One operand as BLAS reads it: the memory (the tensor's, or a packed copy), its CBLAS
@@ -154,14 +155,15 @@ namespace xgrad::cpu
             return partials.data();
         }
 
-        /// C = A B as `chunks` partial products over consecutive ranges of k (chunk i covers
-        /// [i k / chunks, (i + 1) k / chunks)), chunk 0 written into c and the others into
+        /// C = A B (or C += A B when accumulate) as `chunks` partial products over consecutive
+        /// ranges of k (chunk i covers [i k / chunks, (i + 1) k / chunks)), chunk 0 written
+        /// (accumulated) into c and the others into
         /// `partials` ((chunks - 1) * m * n elements), then added into c in chunk order. The
         /// chunks run over the pool when `parallel` (the caller's thread is not inside a
         /// parallel_for), otherwise on the calling thread; the bits are the same either way.
         template <class T>
         void gemm_k_split(const blas_operand<T>& a, const blas_operand<T>& b, int m, int n, std::int64_t k,
-                          std::int64_t chunks, T* c, T* partials, bool parallel)
+                          std::int64_t chunks, T* c, T* partials, bool parallel, bool accumulate)
         {
             const std::int64_t mn = std::int64_t{m} * n;
             const auto chunk = [&](std::int64_t first, std::int64_t last) {
@@ -169,7 +171,8 @@ namespace xgrad::cpu
                 {
                     const std::int64_t begin = i * k / chunks, end = (i + 1) * k / chunks;
                     gemm(a.view.trans, b.view.trans, m, n, static_cast<int>(end - begin), a.data + begin * a.col_step,
-                         a.view.ld, b.data + begin * b.row_step, b.view.ld, i == 0 ? c : partials + (i - 1) * mn, n);
+                         a.view.ld, b.data + begin * b.row_step, b.view.ld, i == 0 ? c : partials + (i - 1) * mn, n,
+                         i == 0 && accumulate);
                 }
             };
             const auto add = [&](std::int64_t first, std::int64_t last) {
@@ -210,10 +213,10 @@ namespace xgrad::cpu
         /// shapes and the thread count).
         template <class T>
         void matmul_impl(T* out, const T* a, const std::int64_t* a_strides, const T* b, const std::int64_t* b_strides,
-                         std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+                         std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate)
         {
             detail::check_matmul_dims(m, n, k);
-            if (batch <= 0 || m == 0 || n == 0)
+            if (batch <= 0 || m == 0 || n == 0 || (k == 0 && accumulate))
                 return;
             const std::int64_t mn = m * n;
             if (k == 0)
@@ -247,10 +250,10 @@ namespace xgrad::cpu
                     {
                         const auto [oa, ob] = product(p, pack_a, pack_b);
                         if (chunks > 1)
-                            gemm_k_split(oa, ob, im, in, k, chunks, out + p * mn, partials, false);
+                            gemm_k_split(oa, ob, im, in, k, chunks, out + p * mn, partials, false, accumulate);
                         else
                             gemm(oa.view.trans, ob.view.trans, im, in, ik, oa.data, oa.view.ld, ob.data, ob.view.ld,
-                                 out + p * mn, in);
+                                 out + p * mn, in, accumulate);
                     }
                 });
                 return;
@@ -262,7 +265,7 @@ namespace xgrad::cpu
                 for (std::int64_t p = 0; p < batch; ++p)
                 {
                     const auto [oa, ob] = product(p, pack_a, pack_b);
-                    gemm_k_split(oa, ob, im, in, k, chunks, out + p * mn, partials, true);
+                    gemm_k_split(oa, ob, im, in, k, chunks, out + p * mn, partials, true, accumulate);
                 }
                 return;
             }
@@ -285,22 +288,22 @@ namespace xgrad::cpu
                     const int size = static_cast<int>(end - begin);
                     if (split_rows)
                         gemm(oa.view.trans, ob.view.trans, size, in, ik, oa.data + begin * oa.row_step, oa.view.ld,
-                             ob.data, ob.view.ld, c + begin * n, in);
+                             ob.data, ob.view.ld, c + begin * n, in, accumulate);
                     else
                         gemm(oa.view.trans, ob.view.trans, im, size, ik, oa.data, oa.view.ld,
-                             ob.data + begin * ob.col_step, ob.view.ld, c + begin, in);
+                             ob.data + begin * ob.col_step, ob.view.ld, c + begin, in, accumulate);
                 });
             }
         }
     }
 
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
-                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate)
     {
         visit_compute(dt, [&](auto tag) {
             using T = decltype(tag);
             matmul_impl(static_cast<T*>(out), static_cast<const T*>(a), a_strides, static_cast<const T*>(b), b_strides,
-                        batch, m, n, k);
+                        batch, m, n, k, accumulate);
         });
     }
 }

@@ -151,7 +151,7 @@ namespace xgrad::cpu::reference
     }
 
     void matmul(void* out, const void* a, const std::int64_t* a_strides, const void* b, const std::int64_t* b_strides,
-                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k)
+                dtype dt, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate)
     {
         detail::check_matmul_dims(m, n, k);
         visit_compute(dt, [&](auto tag) {
@@ -167,7 +167,9 @@ namespace xgrad::cpu::reference
                         for (std::int64_t q = 0; q < k; ++q)
                             acc += pa[p * a_strides[0] + i * a_strides[1] + q * a_strides[2]] *
                                    pb[p * b_strides[0] + q * b_strides[1] + j * b_strides[2]];
-                        o[(p * m + i) * n + j] = acc;
+                        // The addend joins after the whole dot product, as in GEMM with beta = 1.
+                        T& dst = o[(p * m + i) * n + j];
+                        dst = accumulate ? dst + acc : acc;
                     }
         });
     }

@@ -236,15 +236,14 @@ namespace xgrad
             const tensor cols = unfold_checked(x, w, channels_last, 0.0, out);
             if (!channels_last)
             {
-                tensor y = matmul(reshape(weight, {o, k}), cols); // [O, N * L]
-                if (bias.defined())
-                    y = add(y, reshape(bias, {o, 1}));
+                // [O, N * L]; the bias joins in the GEMM (matmul_add), not in a pass of its own.
+                const tensor w2 = reshape(weight, {o, k});
+                const tensor y = bias.defined() ? matmul_add(w2, cols, reshape(bias, {o, 1})) : matmul(w2, cols);
                 return contiguous(permute(reshape(y, {o, n, out[0], out[1]}), {1, 0, 2, 3}));
             }
             // Weight rows ordered (kh, kw, c) like the cols columns.
-            tensor y = matmul(cols, reshape(permute(weight, {2, 3, 1, 0}), {k, o})); // [N * L, O]
-            if (bias.defined())
-                y = add(y, bias);
+            const tensor wt = reshape(permute(weight, {2, 3, 1, 0}), {k, o});
+            const tensor y = bias.defined() ? matmul_add(cols, wt, bias) : matmul(cols, wt); // [N * L, O]
             return reshape(y, {n, out[0], out[1], o});
         }
 

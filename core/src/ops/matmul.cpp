@@ -4,6 +4,8 @@
 // batch dimensions broadcast, and each operand is passed to the kernel as one batch stride plus
 // row and column strides, one of which is 1, so transposed views go to GEMM without a copy.
 // Backward (for C = A B): dA = dC B^T, dB = A^T dC, each summed over broadcast batch dims.
+// matmul_add (A B + D) is the same product with the output first filled with D broadcast and
+// the GEMM accumulating into it (beta = 1); its third gradient is dC summed to D's shape.
 #include "xgrad/ops/matmul.hpp"
 
 #include <algorithm>
@@ -102,7 +104,8 @@ namespace xgrad
             return gemm_operand{v, {bstride, rs, cs}};
         }
 
-        tensor matmul_nd(const tensor& a, const tensor& b)
+        /// a @ b, plus c broadcast to the product when c is defined (matmul_add).
+        tensor matmul_nd(const tensor& a, const tensor& b, const tensor& c = tensor{})
         {
             const auto ad = static_cast<std::size_t>(a.dim()), bd = static_cast<std::size_t>(b.dim());
             const std::int64_t m = a.shape()[ad - 2], k = a.shape()[ad - 1];
@@ -127,18 +130,46 @@ namespace xgrad
             out_shape.push_back(n);
             const dtype cdt = compute_dtype(a.dtype());
             tensor out = detail::empty(out_shape, cdt, a.device());
+            if (c.defined())
+            {
+                shape_type joint;
+                try
+                {
+                    joint = broadcast_shapes(out_shape, c.shape());
+                }
+                catch (const std::invalid_argument&)
+                {
+                }
+                if (joint != out_shape)
+                    throw xgrad::invalid_argument("matmul_add: c of shape " + shape_to_string(c.shape()) +
+                                                  " does not broadcast to the product's shape " +
+                                                  shape_to_string(out_shape) + " (a " + shape_to_string(a.shape()) +
+                                                  ", b " + shape_to_string(b.shape()) + ")");
+                // c over the whole output (stride 0 where it broadcasts), converted while copied.
+                const std::size_t lead = out_shape.size() - static_cast<std::size_t>(c.dim());
+                strides_type s(out_shape.size(), 0);
+                for (std::size_t i = 0; i < static_cast<std::size_t>(c.dim()); ++i)
+                    s[lead + i] = c.shape()[i] == 1 ? 0 : c.strides()[i];
+                detail::copy_into(out, detail::alias(c, out_shape, s, c.offset()));
+            }
             detail::backend_for(a.device())
                 .matmul(out.data_ptr(), ga.m_data.data_ptr(), ga.m_strides, gb.m_data.data_ptr(), gb.m_strides, cdt,
-                        numel_of(batch), m, n, k);
+                        numel_of(batch), m, n, k, c.defined());
             tensor y = detail::raw_cast(out, a.dtype());
-            record("matmul", {a, b}, {y}, [a, b](function_node& self, const std::vector<tensor>& g) {
-                tensor da, db;
+            const auto backward = [a, b, c](function_node& self, const std::vector<tensor>& g) {
+                tensor da, db, dc;
                 if (self.needs_input_grad(0))
                     da = sum_to(matmul_nd(g[0], transpose(b, -1, -2)), a.shape());
                 if (self.needs_input_grad(1))
                     db = sum_to(matmul_nd(transpose(a, -1, -2), g[0]), b.shape());
-                return std::vector<tensor>{da, db};
-            });
+                if (c.defined() && self.needs_input_grad(2))
+                    dc = sum_to(g[0], c.shape());
+                return c.defined() ? std::vector<tensor>{da, db, dc} : std::vector<tensor>{da, db};
+            };
+            if (c.defined())
+                record("matmul_add", {a, b, c}, {y}, backward);
+            else
+                record("matmul", {a, b}, {y}, backward);
             return y;
         }
     }
@@ -167,5 +198,20 @@ namespace xgrad
         if (!b_vec)
             s.push_back(y.shape().back());
         return reshape(y, s);
+    }
+
+    tensor matmul_add(const tensor& a, const tensor& b, const tensor& c)
+    {
+        XGRAD_PROFILE_OP("matmul_add");
+        detail::check_floating(a, "matmul_add");
+        detail::check_floating(b, "matmul_add");
+        detail::check_floating(c, "matmul_add");
+        detail::check_same(a, b, "matmul_add");
+        detail::check_same(a, c, "matmul_add");
+        if (a.dim() < 2 || b.dim() < 2)
+            throw xgrad::invalid_argument("matmul_add: a and b must have at least two dimensions, got shapes " +
+                                          shape_to_string(a.shape()) + " and " + shape_to_string(b.shape()) +
+                                          " (for a vector, use matmul(a, b) + c)");
+        return matmul_nd(a, b, c);
     }
 }

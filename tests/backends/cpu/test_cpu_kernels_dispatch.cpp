@@ -128,9 +128,9 @@ TEST_CASE("cpu kernels: the dispatch serves the reference table at simd_level::s
     CHECK(std::memcmp(got.data(), ref.data(), 33 * sizeof(float)) == 0);
     // The BLAS dimension limit holds on this path too.
     const shape_t st = {0, 1, 1};
-    CHECK_THROWS_AS(
-        k.matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float32, 1, 1, std::int64_t{INT_MAX} + 1, 1),
-        std::invalid_argument);
+    CHECK_THROWS_AS(k.matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float32, 1, 1,
+                             std::int64_t{INT_MAX} + 1, 1, false),
+                    std::invalid_argument);
 }
 
 TEST_CASE("kernel registry: every table of every backend built has every kernel of the list, names are unique")

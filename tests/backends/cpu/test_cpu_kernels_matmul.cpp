@@ -1,12 +1,17 @@
 // Tests of the CPU backend's matmul kernel (backends/cpu/kernels/matmul.cpp, OpenBLAS) against the
 // reference triple loop: row- and column-major operands, padded leading dimensions, broadcast
-// batches, operands BLAS cannot read in place, k = 0, and the INT_MAX dimension limit. Shared
-// helpers: cpu_kernels_helpers.hpp.
+// batches, operands BLAS cannot read in place, k = 0, and the INT_MAX dimension limit; each case
+// both assigning (outputs pre-filled with garbage, which must not show) and accumulating (outputs
+// pre-filled with random addends, which must be added once). Shared helpers:
+// cpu_kernels_helpers.hpp.
 //
 // Tolerances, and why:
 // - matmul: each entry of both results is a dot product of length k, so each is within
 //   gamma_k * sum_q |a_iq| |b_qj| of the exact value (any summation order, FMA or not;
-//   gamma_k = k u / (1 - k u)); they differ by at most 2 gamma_k * sum |a||b|.
+//   gamma_k = k u / (1 - k u)); they differ by at most 2 gamma_k * sum |a||b|. Accumulating
+//   adds the addend c as one more term of the sum (k + 1 terms, the extra one |c|), so the
+//   bound becomes 2 gamma_{k+1} (sum |a||b| + |c|); an addend added twice or dropped is off by
+//   |c|, up to 1, far outside it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -50,16 +55,27 @@ namespace
     }
 
     template <class T>
-    void check_matmul(const view<T>& a, const view<T>& b, std::int64_t batch, std::int64_t m, std::int64_t n,
-                      std::int64_t k)
+    void check_matmul_mode(const view<T>& a, const view<T>& b, std::int64_t batch, std::int64_t m, std::int64_t n,
+                           std::int64_t k, bool accumulate)
     {
         const auto size = static_cast<std::size_t>(batch * m * n);
-        std::vector<T> got(size, garbage_fast<T>()), want(size, garbage_reference<T>());
+        std::vector<T> got(size, garbage_fast<T>()), want(size, garbage_reference<T>()), addend(size, T(0));
+        if (accumulate)
+        {
+            std::mt19937_64 gen(static_cast<std::uint64_t>(size + 7));
+            std::uniform_real_distribution<double> dist(-1, 1);
+            for (auto& v : addend)
+                v = static_cast<T>(dist(gen));
+            got = addend;
+            want = addend;
+        }
         constexpr dtype dt = dtype_of<T>();
-        fast.matmul(got.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k);
-        cpu::reference::matmul(want.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k);
+        fast.matmul(got.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k, accumulate);
+        cpu::reference::matmul(want.data(), a.data(), a.strides.data(), b.data(), b.strides.data(), dt, batch, m, n, k,
+                               accumulate);
         const double u = std::numeric_limits<T>::epsilon() / 2;
-        const double gamma = static_cast<double>(k) * u / (1 - static_cast<double>(k) * u);
+        const double terms = static_cast<double>(k + (accumulate ? 1 : 0));
+        const double gamma = terms * u / (1 - terms * u);
         std::string err;
         for (std::int64_t p = 0; p < batch && err.empty(); ++p)
             for (std::int64_t i = 0; i < m && err.empty(); ++i)
@@ -70,12 +86,22 @@ namespace
                         mag += std::abs(double(a.storage[p * a.strides[0] + i * a.strides[1] + q * a.strides[2]]) *
                                         double(b.storage[p * b.strides[0] + q * b.strides[1] + j * b.strides[2]]));
                     const auto idx = static_cast<std::size_t>((p * m + i) * n + j);
+                    mag += std::abs(double(addend[idx]));
                     if (!(std::abs(double(got[idx]) - double(want[idx])) <= 2 * gamma * mag))
                         err = "entry (" + std::to_string(p) + ", " + std::to_string(i) + ", " + std::to_string(j) +
                               "): got " + std::to_string(got[idx]) + ", want " + std::to_string(want[idx]);
                 }
-        INFO("matmul batch ", batch, " m ", m, " n ", n, " k ", k, " a ", a.describe(), " b ", b.describe());
+        INFO("matmul batch ", batch, " m ", m, " n ", n, " k ", k, " a ", a.describe(), " b ", b.describe(),
+             accumulate ? " accumulating" : " assigning");
         CHECK_MESSAGE(err.empty(), err);
+    }
+
+    template <class T>
+    void check_matmul(const view<T>& a, const view<T>& b, std::int64_t batch, std::int64_t m, std::int64_t n,
+                      std::int64_t k)
+    {
+        check_matmul_mode(a, b, batch, m, n, k, false);
+        check_matmul_mode(a, b, batch, m, n, k, true);
     }
 
     template <class T>
@@ -126,17 +152,25 @@ TEST_CASE("cpu kernels: matmul matches the reference")
         std::vector<float> out(2 * 3 * 4, std::nanf(""));
         const float dummy = 1.0f;
         const shape_t as = {0, 0, 1}, bs = {0, 4, 1};
-        fast.matmul(out.data(), &dummy, as.data(), &dummy, bs.data(), dtype::float32, 2, 3, 4, 0);
+        fast.matmul(out.data(), &dummy, as.data(), &dummy, bs.data(), dtype::float32, 2, 3, 4, 0, false);
         CHECK(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));
+        // Accumulating an empty product leaves the addend as it was, in both backends' loops.
+        for (const bool reference : {false, true})
+        {
+            std::vector<float> acc(2 * 3 * 4, 2.5f);
+            (reference ? cpu::reference::matmul : fast.matmul)(acc.data(), &dummy, as.data(), &dummy, bs.data(),
+                                                               dtype::float32, 2, 3, 4, 0, true);
+            CHECK(std::all_of(acc.begin(), acc.end(), [](float v) { return v == 2.5f; }));
+        }
     }
     SUBCASE("dimensions above INT_MAX are rejected")
     {
         const shape_t st = {0, 1, 1};
         CHECK_THROWS_AS(fast.matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float32, 1,
-                                    std::int64_t{INT_MAX} + 1, 1, 1),
+                                    std::int64_t{INT_MAX} + 1, 1, 1, false),
                         std::invalid_argument);
         CHECK_THROWS_AS(fast.matmul(nullptr, nullptr, st.data(), nullptr, st.data(), dtype::float64, 1, 1, 1,
-                                    std::int64_t{INT_MAX} + 1),
+                                    std::int64_t{INT_MAX} + 1, true),
                         std::invalid_argument);
     }
 }

@@ -243,11 +243,13 @@ TEST_CASE("cuda ops: take and put_add match the CPU, forward, backward and error
     CHECK_THROWS_AS(put_add(x.to(gpu).slice(0, 0, 4), bad.to(gpu), {10}), std::invalid_argument);
 }
 
-TEST_CASE("cuda ops: matmul forward and backward match the CPU (2-d, batched, transposed, broadcast, 1-d)")
+TEST_CASE(
+    "cuda ops: matmul and matmul_add forward and backward match the CPU (2-d, batched, transposed, broadcast, 1-d)")
 {
     const op_fn mm = [](const std::vector<tensor>& in) { return matmul(in[0], in[1]); };
     const op_fn mm_ta = [](const std::vector<tensor>& in) { return matmul(in[0].transpose(-1, -2), in[1]); };
     const op_fn mm_tb = [](const std::vector<tensor>& in) { return matmul(in[0], in[1].transpose(-1, -2)); };
+    const op_fn mma = [](const std::vector<tensor>& in) { return matmul_add(in[0], in[1], in[2]); };
     std::uint64_t seed = 500;
     for (const dtype dt : {dtype::float32, dtype::float64})
     {
@@ -263,5 +265,10 @@ TEST_CASE("cuda ops: matmul forward and backward match the CPU (2-d, batched, tr
         check_op(mm, {r({3, 5, 7}), r({7})}, {true, true}, "batched @ 1-d" + t);
         check_op(mm, {r({64, 130}), r({130, 33})}, {true, true}, "larger" + t);
         check_op(mm, {r({3, 0}), r({0, 4})}, {true, true}, "k = 0" + t);
+        // matmul_add: the GEMM accumulating into the broadcast addend (cuBLAS beta = 1).
+        check_op(mma, {r({5, 7}), r({7, 3}), r({3})}, {true, true, true}, "matmul_add, bias per column" + t);
+        check_op(mma, {r({4, 5, 7}), r({7, 3}), r({5, 1})}, {true, true, true}, "matmul_add, batched, per row" + t);
+        check_op(mma, {r({64, 130}), r({130, 33}), r({64, 33})}, {true, true, true}, "matmul_add, larger" + t);
+        check_op(mma, {r({3, 0}), r({0, 4}), r({4})}, {true, true, true}, "matmul_add, k = 0" + t);
     }
 }

@@ -26,6 +26,18 @@ namespace
         return to_xarray<double>(randn(s, g, dtype::float64)) + shift;
     }
 
+    /// a [P, M, K] @ b [K, N] by the definition, in float64.
+    xt::xarray<double> batched_product(const xt::xarray<double>& a, const xt::xarray<double>& b)
+    {
+        xt::xarray<double> out = xt::zeros<double>({a.shape()[0], a.shape()[1], b.shape()[1]});
+        for (std::size_t p = 0; p < a.shape()[0]; ++p)
+            for (std::size_t i = 0; i < a.shape()[1]; ++i)
+                for (std::size_t j = 0; j < b.shape()[1]; ++j)
+                    for (std::size_t k = 0; k < a.shape()[2]; ++k)
+                        out(p, i, j) += a(p, i, k) * b(k, j);
+        return out;
+    }
+
     /// float64 results must match xtensor to a few ulp (different but equally exact libm
     /// paths); float32 results to float32 rounding of O(1) values, relative 1e-5 (a few ulp of
     /// 2^-23 ~ 1.2e-7, with headroom for the SIMD transcendental approximations, which are
@@ -166,12 +178,7 @@ TEST_CASE("matmul matches xtensor for all shapes and layouts")
     {
         INFO(name(dt));
         const tensor ta = from_xarray(a).to(dt), tb = from_xarray(b).to(dt), tv = from_xarray(v).to(dt);
-        xt::xarray<double> want = xt::zeros<double>({2, 3, 5});
-        for (std::size_t p = 0; p < 2; ++p)
-            for (std::size_t i = 0; i < 3; ++i)
-                for (std::size_t j = 0; j < 5; ++j)
-                    for (std::size_t k = 0; k < 4; ++k)
-                        want(p, i, j) += a(p, i, k) * b(k, j);
+        const xt::xarray<double> want = batched_product(a, b);
         check_close(matmul(ta, tb), want);
         // The same product from transposed (column-major) views.
         check_close(
@@ -190,6 +197,51 @@ TEST_CASE("matmul matches xtensor for all shapes and layouts")
         CHECK(matmul(tc, from_xarray(rnd({3, 4, 5}, 9)).to(dt)).shape() == shape_type{2, 3, 3, 5});
         // k = 0 gives zeros.
         CHECK(to_vector(matmul(zeros({2, 0}, dt), zeros({0, 3}, dt))) == std::vector<double>(6, 0.0));
+    }
+}
+
+TEST_CASE("matmul_add is matmul plus the broadcast addend, added once, for every dtype")
+{
+    // The addend is added to each whole dot product (GEMM's beta = 1): against the float64
+    // product plus c, float64 and float32 stay within check_close's bounds (c is O(1), like the
+    // product); 16-bit results are computed in float32 and rounded once, so they are within the
+    // 16-bit unit roundoff (relative 2^-8 for bfloat16's 7 fraction bits, 2^-11 for float16's
+    // 10) of the float32 result, plus that result's own 1e-5.
+    const auto a = rnd({2, 3, 4}, 16), b = rnd({4, 5}, 17);
+    const auto row = rnd({5}, 18), col = rnd({3, 1}, 19), full = rnd({2, 3, 5}, 20);
+    const xt::xarray<double> prod = batched_product(a, b);
+    for (dtype dt : {dtype::float64, dtype::float32})
+    {
+        INFO(name(dt));
+        const tensor ta = from_xarray(a).to(dt), tb = from_xarray(b).to(dt);
+        check_close(matmul_add(ta, tb, from_xarray(row).to(dt)), prod + row);
+        check_close(matmul_add(ta, tb, from_xarray(col).to(dt)), prod + col);
+        // A full-shape contiguous addend is copied, never written: it keeps its values.
+        const tensor tf = from_xarray(full).to(dt);
+        const std::vector<double> before = to_vector(tf);
+        check_close(matmul_add(ta, tb, tf), prod + full);
+        CHECK(to_vector(tf) == before);
+        // Column-major operands and a strided (expanded) addend.
+        check_close(matmul_add(ta.transpose(1, 2).contiguous().transpose(1, 2),
+                               tb.transpose(0, 1).contiguous().transpose(0, 1), from_xarray(col).to(dt).expand({3, 5})),
+                    prod + col);
+        // k = 0: the product is empty, the result is c broadcast.
+        check_close(matmul_add(zeros({3, 0}, dt), zeros({0, 5}, dt), from_xarray(row).to(dt)),
+                    xt::xarray<double>(xt::zeros<double>({3, 5}) + row));
+    }
+    for (dtype dt : {dtype::float16, dtype::bfloat16})
+    {
+        INFO(name(dt));
+        const tensor ta = from_xarray(a).to(dt), tb = from_xarray(b).to(dt), tc = from_xarray(row).to(dt);
+        const tensor got = matmul_add(ta, tb, tc);
+        CHECK(got.dtype() == dt);
+        const auto want =
+            to_xarray<double>(matmul_add(ta.to(dtype::float32), tb.to(dtype::float32), tc.to(dtype::float32)));
+        const auto g = to_xarray<double>(got);
+        const double u = dt == dtype::bfloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        for (std::size_t i = 0; i < want.size(); ++i)
+            CHECK(std::abs(g.flat(i) - want.flat(i)) <=
+                  u * std::abs(want.flat(i)) + 1e-5 * std::max(1.0, std::abs(want.flat(i))));
     }
 }
 
@@ -259,9 +311,10 @@ TEST_CASE("results do not depend on the thread count")
     for (int threads : {1, 2, 3})
     {
         set_num_threads(threads);
-        runs.push_back(to_vector(concat({sum(x, {0}), sum(x, {1}).reshape({1, -1}).reshape({-1}), max(tanh(x), {1}),
-                                         sum(matmul(x, w), {1}), matmul(dy, cols).reshape({-1})},
-                                        0)));
+        runs.push_back(to_vector(
+            concat({sum(x, {0}), sum(x, {1}).reshape({1, -1}).reshape({-1}), max(tanh(x), {1}), sum(matmul(x, w), {1}),
+                    matmul(dy, cols).reshape({-1}), matmul_add(dy, cols, sum(cols, {0})).reshape({-1})},
+                   0)));
     }
     set_num_threads(saved);
     CHECK(runs[0] == runs[1]);

@@ -11,4 +11,17 @@ namespace xgrad
     /// both shapes when the inner dimensions differ or batch dimensions do not broadcast, and
     /// naming the dtypes when they differ.
     tensor matmul(const tensor& a, const tensor& b);
+
+    /// a @ b + c in one GEMM (beta = 1 over c broadcast to the product's shape): what
+    /// `matmul(a, b) + c` computes, without the separate pass over the product, for a bias
+    /// (conv2d and nn::linear use it). a [..., m, k] and b [..., k, n] have at least two
+    /// dimensions each (batch dimensions broadcast as in matmul); c broadcasts to the product's
+    /// shape [..., m, n] without enlarging it ([n] for a bias per column, [m, 1] per row). c is
+    /// added to each whole dot product, once, so the result equals matmul(a, b) + c up to the
+    /// rounding of one addition. Differentiable in a, b and c to every order (dc is the incoming
+    /// gradient summed to c's shape). Throws std::invalid_argument naming the shapes when an
+    /// operand has fewer than two dimensions, the inner dimensions differ, the batch dimensions
+    /// do not broadcast, or c does not broadcast to the product's shape, and naming the dtypes or
+    /// devices when the three differ.
+    tensor matmul_add(const tensor& a, const tensor& b, const tensor& c);
 }
