@@ -63,7 +63,7 @@ namespace
         std::filesystem::path out = "fashion_mnist_run";
         std::filesystem::path resume;    // empty: start from scratch
         std::filesystem::path init_from; // empty: weights from the seed
-        // Channels-last trains faster here (docs/performance.md, "Training the Fashion-MNIST CNN").
+        // Channels-last trains faster here (docs/training_performance.md).
         std::string data_format = "NHWC";
         std::int64_t limit = 0;      // > 0: train on the first `limit` images only
         std::int64_t test_limit = 0; // > 0: evaluate on the first `test_limit` test images
