@@ -65,5 +65,4 @@ namespace xgrad
                "kernels" +
                gain;
     }
-
 }

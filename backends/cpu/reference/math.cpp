@@ -167,7 +167,8 @@ namespace xgrad::cpu::reference
                         for (std::int64_t q = 0; q < k; ++q)
                             acc += pa[p * a_strides[0] + i * a_strides[1] + q * a_strides[2]] *
                                    pb[p * b_strides[0] + q * b_strides[1] + j * b_strides[2]];
-                        // The addend joins after the whole dot product, as in GEMM with beta = 1.
+                        // The addend joins after the whole dot product (a BLAS with beta = 1 may add
+                        // it between blocks of k: the same sum in another order).
                         T& dst = o[(p * m + i) * n + j];
                         dst = accumulate ? dst + acc : acc;
                     }

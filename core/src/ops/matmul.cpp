@@ -31,20 +31,24 @@ namespace xgrad
             std::int64_t m_strides[3];
         };
 
+        /// x viewed over `full`, a shape x broadcasts to (stride 0 along the dimensions it
+        /// broadcasts over), no copy.
+        tensor broadcast_view(const tensor& x, const shape_type& full)
+        {
+            const std::size_t lead = full.size() - static_cast<std::size_t>(x.dim());
+            strides_type s(full.size(), 0);
+            for (std::size_t i = 0; i < static_cast<std::size_t>(x.dim()); ++i)
+                s[lead + i] = x.shape()[i] == 1 ? 0 : x.strides()[i];
+            return detail::alias(x, full, s, x.offset());
+        }
+
         gemm_operand as_gemm_operand(const tensor& x, const shape_type& batch)
         {
             shape_type full = batch;
             full.push_back(x.shape()[static_cast<std::size_t>(x.dim() - 2)]);
             full.push_back(x.shape()[static_cast<std::size_t>(x.dim() - 1)]);
-            tensor v = detail::raw_cast(x, compute_dtype(x.dtype()));
-            // Broadcast view over the full batch (stride 0 where broadcast), no copy.
-            {
-                const std::size_t lead = full.size() - static_cast<std::size_t>(v.dim());
-                strides_type s(full.size(), 0);
-                for (std::size_t i = 0; i < static_cast<std::size_t>(v.dim()); ++i)
-                    s[lead + i] = v.shape()[i] == 1 ? 0 : v.strides()[i];
-                v = detail::alias(v, full, s, v.offset());
-            }
+            // Over the full batch, no copy.
+            tensor v = broadcast_view(detail::raw_cast(x, compute_dtype(x.dtype())), full);
             const std::size_t nb = batch.size();
             const std::int64_t rows = full[nb], cols = full[nb + 1];
             // GEMM takes a matrix as row-major (column stride 1, leading dimension = row stride
@@ -124,14 +128,12 @@ namespace xgrad
                 throw xgrad::invalid_argument("matmul: batch dimensions of shapes " + shape_to_string(a.shape()) +
                                               " and " + shape_to_string(b.shape()) + " do not broadcast");
             }
-            const gemm_operand ga = as_gemm_operand(a, batch), gb = as_gemm_operand(b, batch);
             shape_type out_shape = batch;
             out_shape.push_back(m);
             out_shape.push_back(n);
-            const dtype cdt = compute_dtype(a.dtype());
-            tensor out = detail::empty(out_shape, cdt, a.device());
             if (c.defined())
             {
+                // Checked before any operand is converted or packed.
                 shape_type joint;
                 try
                 {
@@ -145,13 +147,12 @@ namespace xgrad
                                                   " does not broadcast to the product's shape " +
                                                   shape_to_string(out_shape) + " (a " + shape_to_string(a.shape()) +
                                                   ", b " + shape_to_string(b.shape()) + ")");
-                // c over the whole output (stride 0 where it broadcasts), converted while copied.
-                const std::size_t lead = out_shape.size() - static_cast<std::size_t>(c.dim());
-                strides_type s(out_shape.size(), 0);
-                for (std::size_t i = 0; i < static_cast<std::size_t>(c.dim()); ++i)
-                    s[lead + i] = c.shape()[i] == 1 ? 0 : c.strides()[i];
-                detail::copy_into(out, detail::alias(c, out_shape, s, c.offset()));
             }
+            const gemm_operand ga = as_gemm_operand(a, batch), gb = as_gemm_operand(b, batch);
+            const dtype cdt = compute_dtype(a.dtype());
+            tensor out = detail::empty(out_shape, cdt, a.device());
+            if (c.defined())
+                detail::copy_into(out, broadcast_view(c, out_shape)); // converted to cdt while copied
             detail::backend_for(a.device())
                 .matmul(out.data_ptr(), ga.m_data.data_ptr(), ga.m_strides, gb.m_data.data_ptr(), gb.m_strides, cdt,
                         numel_of(batch), m, n, k, c.defined());

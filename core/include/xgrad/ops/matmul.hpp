@@ -16,9 +16,10 @@ namespace xgrad
     /// `matmul(a, b) + c` computes, without the separate pass over the product, for a bias
     /// (conv2d and nn::linear use it). a [..., m, k] and b [..., k, n] have at least two
     /// dimensions each (batch dimensions broadcast as in matmul); c broadcasts to the product's
-    /// shape [..., m, n] without enlarging it ([n] for a bias per column, [m, 1] per row). c is
-    /// added to each whole dot product, once, so the result equals matmul(a, b) + c up to the
-    /// rounding of one addition. Differentiable in a, b and c to every order (dc is the incoming
+    /// shape [..., m, n] without enlarging it ([n] for a bias per column, [m, 1] per row). c
+    /// is one more term of each dot product's sum, added once, at a point of the sum that the
+    /// GEMM chooses (it may block k), so the result is matmul(a, b) + c up to the rounding of a
+    /// sum of k + 1 terms, not bitwise. Differentiable in a, b and c to every order (dc is the incoming
     /// gradient summed to c's shape). Throws std::invalid_argument naming the shapes when an
     /// operand has fewer than two dimensions, the inner dimensions differ, the batch dimensions
     /// do not broadcast, or c does not broadcast to the product's shape, and naming the dtypes or
