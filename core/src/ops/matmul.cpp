@@ -108,6 +108,13 @@ namespace xgrad
             return gemm_operand{v, {bstride, rs, cs}};
         }
 
+        /// Whether x is a matrix stored column by column (the transpose of a contiguous one).
+        bool is_transposed_matrix(const tensor& x)
+        {
+            return x.dim() == 2 && x.shape()[0] > 1 && x.shape()[1] > 1 && x.strides()[0] == 1 &&
+                   x.strides()[1] == x.shape()[0];
+        }
+
         /// a @ b, plus c broadcast to the product when c is defined (matmul_add).
         tensor matmul_nd(const tensor& a, const tensor& b, const tensor& c = tensor{})
         {
@@ -159,10 +166,17 @@ namespace xgrad
             tensor y = detail::raw_cast(out, a.dtype());
             const auto backward = [a, b, c](function_node& self, const std::vector<tensor>& g) {
                 tensor da, db, dc;
+                // A matrix operand that is a transposed view (nn::linear's weight.t()) gets
+                // its gradient computed transposed, so that it lands in the operand's own layout
+                // and the transpose's gradient is contiguous: the weight's gradient is then
+                // written once by the GEMM instead of written and copied through a transpose.
+                const bool plain = a.dim() == 2 && b.dim() == 2;
                 if (self.needs_input_grad(0))
-                    da = sum_to(matmul_nd(g[0], transpose(b, -1, -2)), a.shape());
+                    da = plain && is_transposed_matrix(a) ? transpose(matmul_nd(b, transpose(g[0], -1, -2)), -1, -2)
+                                                          : sum_to(matmul_nd(g[0], transpose(b, -1, -2)), a.shape());
                 if (self.needs_input_grad(1))
-                    db = sum_to(matmul_nd(transpose(a, -1, -2), g[0]), b.shape());
+                    db = plain && is_transposed_matrix(b) ? transpose(matmul_nd(transpose(g[0], -1, -2), a), -1, -2)
+                                                          : sum_to(matmul_nd(transpose(a, -1, -2), g[0]), b.shape());
                 if (c.defined() && self.needs_input_grad(2))
                     dc = sum_to(g[0], c.shape());
                 return c.defined() ? std::vector<tensor>{da, db, dc} : std::vector<tensor>{da, db};

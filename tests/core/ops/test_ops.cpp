@@ -200,6 +200,30 @@ TEST_CASE("matmul matches xtensor for all shapes and layouts")
     }
 }
 
+TEST_CASE("matmul gives a transposed-view operand its gradient in the operand's own layout")
+{
+    // nn::linear multiplies by weight.t(): the weight's gradient must come out contiguous (the
+    // GEMM writes it in place of a copy through the transpose) and equal the plain product's.
+    for (dtype dt : {dtype::float64, dtype::float32})
+    {
+        INFO(name(dt));
+        const tensor x = from_xarray(rnd({5, 4}, 21)).to(dt).requires_grad_();
+        const tensor w = from_xarray(rnd({3, 4}, 22)).to(dt).requires_grad_();
+        const tensor g = from_xarray(rnd({5, 3}, 23)).to(dt);
+        const auto grads = grad({matmul(x, transpose(w, 0, 1))}, {x, w}, {g});
+        CHECK(grads[1].is_contiguous());
+        // dW = g^T x and dx = g w, from the same values as plain (contiguous) operands.
+        check_close(grads[1], to_xarray<double>(matmul(transpose(g, 0, 1).contiguous(), x.detach())));
+        check_close(grads[0], to_xarray<double>(matmul(g, w.detach())));
+        // And a transposed left operand: its gradient is a transposed (column-major) view too.
+        const tensor at = from_xarray(rnd({4, 5}, 24)).to(dt).requires_grad_();
+        const auto ga = grad({matmul(transpose(at, 0, 1), w.detach().transpose(0, 1))}, {at}, {g})[0];
+        CHECK(ga.is_contiguous());
+        check_close(
+            ga, to_xarray<double>(matmul(w.detach().transpose(0, 1).contiguous(), transpose(g, 0, 1).contiguous())));
+    }
+}
+
 TEST_CASE("matmul_add is matmul plus the broadcast addend, added once, for every dtype")
 {
     // The addend is added to each whole dot product (GEMM's beta = 1): against the float64
