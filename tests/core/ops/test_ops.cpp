@@ -215,7 +215,7 @@ TEST_CASE("matmul gives a transposed-view operand its gradient in the operand's 
         // dW = g^T x and dx = g w, from the same values as plain (contiguous) operands.
         check_close(grads[1], to_xarray<double>(matmul(transpose(g, 0, 1).contiguous(), x.detach())));
         check_close(grads[0], to_xarray<double>(matmul(g, w.detach())));
-        // And a transposed left operand: its gradient is a transposed (column-major) view too.
+        // And a transposed left operand: the leaf behind the transpose gets a contiguous gradient too.
         const tensor at = from_xarray(rnd({4, 5}, 24)).to(dt).requires_grad_();
         const auto ga = grad({matmul(transpose(at, 0, 1), w.detach().transpose(0, 1))}, {at}, {g})[0];
         CHECK(ga.is_contiguous());
