@@ -127,6 +127,39 @@ namespace xgrad::kernels
     using fold2d_fn = void(void* x, const std::int64_t* x_strides, const void* cols, const std::int64_t* cols_strides,
                            dtype dt, const window2d_dims& d);
 
+    // ---- convolution (conv2d's three products, a block of images at a time) ---------------
+    //
+    // One group of a 2-D convolution as GEMMs over unfolded windows, with o output channels,
+    // L = d.oh * d.ow output positions and K = d.c * d.kh * d.kw taps:
+    //   channels_last (NHWC): y [N*L, O] = unfold(x) [N*L, K] w [K, O], w's rows ordered
+    //     (kh, kw, c); y is [N, OH, OW, O];
+    //   channels first (NCHW): y_n [O, L] = w [O, K] unfold(x_n) [K, L] for each image n, w's
+    //     columns ordered (c, kh, kw); y is [N, O, OH, OW].
+    // x and dx are images [n, c, h, w] given by four strides in that order (any layout); y, dy,
+    // w, dw and bias are contiguous. dt: float32 or float64. The images are taken `block` at a
+    // time (block >= 1): each block's windows are unfolded into scratch of block * L * K
+    // elements, multiplied and, for the input gradient, folded while they are in the cache.
+    // Results depend on block only through the order of the weight gradient's sum over blocks;
+    // the ops layer chooses block (and chains) from the shape alone, so results do not depend
+    // on the thread count. Throws std::invalid_argument where matmul does (a GEMM extent above
+    // INT_MAX). All three ASSIGN their outputs.
+
+    /// y = the product above, plus bias[o] (bias may be null: no bias).
+    using conv2d_forward_fn = void(void* y, const void* x, const std::int64_t* x_strides, const void* w,
+                                   const void* bias, dtype dt, const window2d_dims& d, std::int64_t o,
+                                   bool channels_last, std::int64_t block);
+    /// dx = fold(dy w^T) (channels_last) or fold(w^T dy_n) per image: conv2d_forward's gradient
+    /// with respect to x.
+    using conv2d_input_grad_fn = void(void* dx, const std::int64_t* dx_strides, const void* dy, const void* w, dtype dt,
+                                      const window2d_dims& d, std::int64_t o, bool channels_last, std::int64_t block);
+    /// dw = unfold(x)^T dy (channels_last, [K, O]) or the sum over images of dy_n unfold(x_n)^T
+    /// ([O, K]): conv2d_forward's gradient with respect to w. The blocks are summed in
+    /// `chains` (1 <= chains <= the number of blocks) consecutive runs, each run's blocks in
+    /// order, then the runs in order.
+    using conv2d_weight_grad_fn = void(void* dw, const void* x, const std::int64_t* x_strides, const void* dy, dtype dt,
+                                       const window2d_dims& d, std::int64_t o, bool channels_last, std::int64_t block,
+                                       std::int64_t chains);
+
     // ---- fused batch norm (formulas: docs/batch_norm.md) -----------------------------------
     //
     // Layout: every tensor shaped like x (x, y, dy, dx, A, d_g, d_x) is contiguous and read as
@@ -233,6 +266,9 @@ namespace xgrad::kernels
     X(put_add, shared)                                                                                                 \
     X(unfold2d, reference)                                                                                             \
     X(fold2d, reference)                                                                                               \
+    X(conv2d_forward, reference)                                                                                       \
+    X(conv2d_input_grad, reference)                                                                                    \
+    X(conv2d_weight_grad, reference)                                                                                   \
     X(bn_moments, reference)                                                                                           \
     X(bn_normalize, reference)                                                                                         \
     X(bn_forward_training, reference)                                                                                  \

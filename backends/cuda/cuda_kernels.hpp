@@ -36,7 +36,8 @@ namespace xgrad::cuda
     // allocator.cpp (a caching allocator over the runtime's device memory); fill, copy, unary,
     // binary, where in elementwise.cpp; reduce and argmax in reduce.cpp; matmul in matmul.cu
     // (cuBLAS) / matmul_omp.cpp; one_hot, max_pool2d, take, put_add in index.cpp;
-    // unfold2d, fold2d in unfold.cpp; the bn_ kernels in batch_norm.cpp.
+    // unfold2d, fold2d in unfold.cpp; the conv2d_ kernels in conv.cpp (blocks of images over the
+    // kernels above, backends/common/conv_blocks.hpp); the bn_ kernels in batch_norm.cpp.
     XGRAD_KERNEL_LIST(XGRAD_DECLARE_KERNEL)
 
     /// The kernels as a table (kernel_table.cpp fills it by name); every entry is set.

@@ -313,4 +313,43 @@ namespace cpu_kernels_test
             x.storage[gen() % x.storage.size()] = std::numeric_limits<T>::quiet_NaN();
         return x;
     }
+
+    /// The ranges random_window draws a window geometry's fields from (each inclusive).
+    struct window_ranges
+    {
+        std::int64_t n_lo, n_hi;
+        std::vector<std::int64_t> channels; // one is picked
+        std::int64_t hw_lo, hw_hi;          // input height and width
+        std::int64_t kernel_hi, stride_hi, padding_hi, dilation_hi;
+    };
+
+    /// A random window (window2d_dims with its output size) whose output is not empty.
+    inline xgrad::kernels::window2d_dims random_window(std::mt19937_64& gen, const window_ranges& r)
+    {
+        auto pick = [&](std::int64_t lo, std::int64_t hi) {
+            return lo + std::int64_t(gen() % std::uint64_t(hi - lo + 1));
+        };
+        for (;;)
+        {
+            xgrad::kernels::window2d_dims d{};
+            d.n = pick(r.n_lo, r.n_hi);
+            d.c = r.channels[gen() % r.channels.size()];
+            d.h = pick(r.hw_lo, r.hw_hi);
+            d.w = pick(r.hw_lo, r.hw_hi);
+            d.kh = pick(1, r.kernel_hi);
+            d.kw = pick(1, r.kernel_hi);
+            d.sh = pick(1, r.stride_hi);
+            d.sw = pick(1, r.stride_hi);
+            d.ph = pick(0, r.padding_hi);
+            d.pw = pick(0, r.padding_hi);
+            d.dh = pick(1, r.dilation_hi);
+            d.dw = pick(1, r.dilation_hi);
+            const std::int64_t span_h = d.dh * (d.kh - 1) + 1, span_w = d.dw * (d.kw - 1) + 1;
+            if (d.h + 2 * d.ph < span_h || d.w + 2 * d.pw < span_w)
+                continue;
+            d.oh = (d.h + 2 * d.ph - span_h) / d.sh + 1;
+            d.ow = (d.w + 2 * d.pw - span_w) / d.sw + 1;
+            return d;
+        }
+    }
 }

@@ -11,14 +11,16 @@
 // kernel's 6-d cols and 4-d image views (backends/common/kernel_list.hpp), so strided inputs (a
 // channel slice of an NHWC tensor, a transposed gradient, an expanded scalar) need no copy.
 //
-// conv2d records nothing itself. Per group, with K = KH * KW * (C / groups), L = OH * OW:
-//   NCHW: [O, K] @ unfold2d(x) [K, N * L] -> [O, N * L] (+ bias [O, 1]), viewed as
-//         [O, N, OH, OW] and permuted to [N, O, OH, OW];
+// conv2d checks its arguments and hands each group to conv_forward (conv_gemm.cpp), which
+// unfolds, multiplies and folds one cache-sized block of images at a time; its gradients are
+// its two sibling ops. The composition it fuses, per group with K = KH * KW * (C / groups),
+// L = OH * OW:
+//   NCHW: per image, [O, K] @ unfold2d(x_n) [K, L] -> [O, L] (+ bias), i.e. [N, O, OH, OW];
 //   NHWC: unfold2d(x) [N * L, K] @ weight as [KH, KW, C, O] -> [K, O] -> [N * L, O] (+ bias),
 //         which already is [N, OH, OW, O].
-// One GEMM per group and direction: matmul's backward gives dW and dcols as GEMMs too, and
-// fold2d turns dcols into dx. Groups are channel slices (views) whose results are
-// concatenated along the channel axis.
+// The tests keep that composition, written with unfold2d, matmul and fold2d, as the fused ops'
+// oracle. Groups are channel slices (views) whose results are concatenated along the channel
+// axis.
 #include "xgrad/ops/conv.hpp"
 
 #include <limits>
@@ -32,7 +34,6 @@
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/elementwise.hpp"
-#include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad::detail
@@ -227,24 +228,17 @@ namespace xgrad
         }
 
         /// conv2d of one group on checked arguments: x [N, C, H, W] or [N, H, W, C] (possibly a
-        /// channel slice), weight [O, C, KH, KW], bias [O] or undefined.
+        /// channel slice), weight [O, C, KH, KW], bias [O] or undefined. The weight is viewed as
+        /// the GEMM's matrix with recorded ops, so its gradient flows back through them.
         tensor conv_group(const tensor& x, const tensor& weight, const tensor& bias, const window2d& w,
                           bool channels_last, const std::array<std::int64_t, 2>& out)
         {
-            const std::int64_t n = x.shape()[0], o = weight.shape()[0];
+            const std::int64_t o = weight.shape()[0];
             const std::int64_t k = weight.shape()[1] * weight.shape()[2] * weight.shape()[3];
-            const tensor cols = unfold_checked(x, w, channels_last, 0.0, out);
-            if (!channels_last)
-            {
-                // [O, N * L]; the bias joins in the GEMM (matmul_add), not in a pass of its own.
-                const tensor w2 = reshape(weight, {o, k});
-                const tensor y = bias.defined() ? matmul_add(w2, cols, reshape(bias, {o, 1})) : matmul(w2, cols);
-                return contiguous(permute(reshape(y, {o, n, out[0], out[1]}), {1, 0, 2, 3}));
-            }
-            // Weight rows ordered (kh, kw, c) like the cols columns.
-            const tensor wt = reshape(permute(weight, {2, 3, 1, 0}), {k, o});
-            const tensor y = bias.defined() ? matmul_add(cols, wt, bias) : matmul(cols, wt); // [N * L, O]
-            return reshape(y, {n, out[0], out[1], o});
+            // NHWC multiplies by rows ordered (kh, kw, c) like its cols columns.
+            const tensor wmat = channels_last ? reshape(permute(weight, {2, 3, 1, 0}), {k, o})
+                                              : reshape(weight, {o, k});
+            return detail::conv_forward(x, wmat, bias, detail::conv_geometry{w, channels_last, out});
         }
 
         void check_operand(const tensor& t, const tensor& x, const char* arg, const char* op)

@@ -45,4 +45,35 @@ namespace xgrad::detail
                                    const std::array<std::int64_t, 2>& out);
     /// The strides of an image tensor of that layout, in the kernels' (n, c, h, w) order.
     std::array<std::int64_t, 4> image_strides(const strides_type& s, bool channels_last);
+
+    // ---- conv2d's fused products (conv_gemm.cpp) -------------------------------------------
+    //
+    // Internal ops on checked arguments (conv2d checks them), each recorded, each with the
+    // other two as its gradients. x is one group's input in the layout (any strides); wmat is
+    // the weight as the GEMM reads it: NHWC [K, O] with rows (kh, kw, c), NCHW [O, K] with
+    // columns (c, kh, kw), K = C * KH * KW; y and dy are [N, OH, OW, O] (NHWC) or
+    // [N, O, OH, OW] (NCHW). Any floating dtype (16-bit ones compute in float32 and round once
+    // on store); all operands share dtype and device. Results are new contiguous tensors.
+
+    /// The window, the layout, and the output size the window gives for x's spatial size.
+    struct conv_geometry
+    {
+        window2d w;
+        bool channels_last = false;
+        std::array<std::int64_t, 2> out{};
+    };
+
+    /// y = unfold(x) wmat (NHWC) or wmat unfold(x_n) per image (NCHW), plus bias [O] when
+    /// defined.
+    tensor conv_forward(const tensor& x, const tensor& wmat, const tensor& bias, const conv_geometry& g);
+    /// dx (shape x_shape) = fold(dy wmat^T) (NHWC) or fold(wmat^T dy_n) per image (NCHW): the
+    /// gradient of conv_forward with respect to x.
+    tensor conv_input_grad(const tensor& dy, const tensor& wmat, const shape_type& x_shape, const conv_geometry& g);
+    /// dW (wmat's shape) = unfold(x)^T dy (NHWC) or the sum over images of dy_n unfold(x_n)^T
+    /// (NCHW): the gradient of conv_forward with respect to wmat.
+    tensor conv_weight_grad(const tensor& x, const tensor& dy, const conv_geometry& g);
+    /// Sets how many cols elements one block of images may unfold at a time (at least 1; the
+    /// default is 2^18) and returns the previous value. For tests: the blocking changes the
+    /// order of the weight gradient's sum over blocks, not what is summed.
+    std::int64_t conv_set_block_elements(std::int64_t elements) noexcept;
 }

@@ -45,32 +45,9 @@ namespace
     /// grain (more than 64K elements of cols).
     window2d_dims random_window(std::mt19937_64& gen, bool large)
     {
-        auto pick = [&](std::int64_t lo, std::int64_t hi) {
-            return lo + std::int64_t(gen() % std::uint64_t(hi - lo + 1));
-        };
-        for (;;)
-        {
-            window2d_dims d{};
-            d.n = large ? pick(4, 8) : pick(1, 3);
-            static constexpr std::array<std::int64_t, 6> channels = {1, 2, 3, 5, 16, 17};
-            d.c = channels[gen() % channels.size()];
-            d.h = large ? pick(14, 30) : pick(1, 12);
-            d.w = large ? pick(14, 30) : pick(1, 12);
-            d.kh = pick(1, 4);
-            d.kw = pick(1, 4);
-            d.sh = pick(1, 3);
-            d.sw = pick(1, 3);
-            d.ph = pick(0, 2);
-            d.pw = pick(0, 2);
-            d.dh = pick(1, 3);
-            d.dw = pick(1, 3);
-            const std::int64_t span_h = d.dh * (d.kh - 1) + 1, span_w = d.dw * (d.kw - 1) + 1;
-            if (d.h + 2 * d.ph < span_h || d.w + 2 * d.pw < span_w)
-                continue;
-            d.oh = (d.h + 2 * d.ph - span_h) / d.sh + 1;
-            d.ow = (d.w + 2 * d.pw - span_w) / d.sw + 1;
-            return d;
-        }
+        const window_ranges small{1, 3, {1, 2, 3, 5, 16, 17}, 1, 12, 4, 3, 2, 3};
+        const window_ranges big{4, 8, {1, 2, 3, 5, 16, 17}, 14, 30, 4, 3, 2, 3};
+        return cpu_kernels_test::random_window(gen, large ? big : small);
     }
 
     std::string describe(const window2d_dims& d)

@@ -192,6 +192,27 @@ TEST_CASE("unfold2d, avg_pool2d and max_pool2d of an empty input do not size scr
     CHECK(max_pool2d(zeros({1, 0, p31, 1}), pool({1, 1})).shape() == shape_type{1, 0, p31, 1});
 }
 
+TEST_CASE("conv2d over an empty batch with an output plane past int64 computes nothing, in both directions")
+{
+    const address_space_limit limit;
+    // N * L * K is bounded for a non-empty batch only: here OH * OW = 2^80 would overflow, and
+    // the weight's gradient is the zero sum over no images.
+    for (const char* format : {"NCHW", "NHWC"})
+    {
+        INFO(format);
+        const bool cl = std::string(format) == "NHWC";
+        const tensor x = zeros(cl ? shape_type{0, p40, p40, 2} : shape_type{0, 2, p40, p40}).requires_grad_();
+        const tensor w = ones({3, 2, 1, 1}).requires_grad_();
+        const tensor b = ones({3}).requires_grad_();
+        const tensor y = conv2d(x, w, b, {}, format);
+        CHECK(y.shape() == (cl ? shape_type{0, p40, p40, 3} : shape_type{0, 3, p40, p40}));
+        const auto g = grad({sum(y)}, {x, w, b});
+        CHECK(g[0].shape() == x.shape());
+        CHECK(to_vector(g[1]) == std::vector<double>(6, 0.0));
+        CHECK(to_vector(g[2]) == std::vector<double>(3, 0.0));
+    }
+}
+
 TEST_CASE("adaptive_avg_pool2d: huge output sizes are reported or cost nothing on an empty input")
 {
     const address_space_limit limit;

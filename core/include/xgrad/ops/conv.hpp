@@ -1,11 +1,14 @@
 #pragma once
 // 2-D convolution and its linear building blocks (core/src/ops/conv.cpp).
 //
-// conv2d is a composition: unfold2d (im2col) gathers every receptive field into the columns
-// of a matrix, one GEMM (the backend's, OpenBLAS on the CPU) multiplies it by the weights,
-// and the bias is broadcast-added. unfold2d and fold2d (col2im) are a pair of adjoint linear
-// primitives: the gradient of each is the other. So conv2d's gradients of every order come
-// from unfold2d/fold2d and matmul, with no hand-written convolution backward.
+// conv2d is im2col + GEMM: unfold2d (im2col) gathers every receptive field into a matrix and
+// one GEMM (the backend's, OpenBLAS on the CPU) multiplies it by the weights, with the bias
+// added in the GEMM. conv2d runs that product, and its two gradients (fold2d of the product of
+// dy with the weights, and the product of the unfolded input with dy), a cache-sized block of
+// images at a time, so that the unfolded matrix never leaves the cache; each of the three is a
+// recorded op whose gradients are the other two, so conv2d has gradients of every order.
+// unfold2d and fold2d (col2im) are also ops of their own, a pair of adjoint linear primitives:
+// the gradient of each is the other.
 //
 // Layouts (data_format):
 //   "NCHW": x is [N, C, H, W];
@@ -71,8 +74,8 @@ namespace xgrad
 
     /// Cross-correlation, as PyTorch's conv2d: x [N, C, H, W] (or NHWC), weight
     /// [O, C / groups, KH, KW], bias [O] or undefined (no bias). Result [N, O, OH, OW] (or
-    /// [N, OH, OW, O] for "NHWC"), contiguous. In 16 bits the GEMM result is rounded to the
-    /// dtype before the bias is added (and rounded again), as the composed ops do.
+    /// [N, OH, OW, O] for "NHWC"), contiguous. In 16 bits the products and the bias are summed in
+    /// float32 and rounded once to the dtype.
     tensor conv2d(const tensor& x, const tensor& weight, const tensor& bias = {}, const conv2d_params& p = {},
                   std::string_view data_format = "NCHW");
 }

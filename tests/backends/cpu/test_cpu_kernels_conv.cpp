@@ -1,0 +1,238 @@
+// Tests of the CPU backend's convolution kernels (backends/cpu/kernels/conv.cpp, over
+// backends/common/conv_blocks.hpp): conv2d_forward, conv2d_input_grad and conv2d_weight_grad
+// against their reference twins (backends/cpu/reference/conv.cpp: the same products, unblocked
+// and single-threaded, over the reference kernels) over random window geometries, both layouts,
+// strided x and dx, with and without bias, float32 and float64, blocks of one image, of a few
+// with a remainder and of the whole batch, one to all weight-gradient runs, at every SIMD level
+// and 1 and 3 threads; and the fast kernels' bits at 1, 2 and 3 threads.
+//
+// Tolerance: each output element is a sum of at most T = K + O * KH * KW + N * L + 1 products
+// of the inputs (and the bias), so two summation orders of it differ by at most 2 T u S in a
+// format of unit roundoff u, S being the sum of the absolute values of its terms. Every map
+// involved is multilinear with nonnegative coefficients, so S is the reference's result for the
+// absolute values of the inputs.
+// Outputs are pre-filled with NaN (fast) and -7.25 (reference): all three kernels ASSIGN, so
+// neither fill may survive, and storage outside a strided dx must keep it.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tests/support/cpu_kernels_helpers.hpp"
+
+using namespace cpu_kernels_test;
+
+namespace
+{
+    using xgrad::kernels::window2d_dims;
+
+    window2d_dims random_conv_window(std::mt19937_64& gen)
+    {
+        return random_window(gen, window_ranges{1, 7, {1, 2, 3, 4, 5}, 1, 9, 3, 2, 2, 2});
+    }
+
+    std::string describe(const window2d_dims& d, std::int64_t o, bool cl)
+    {
+        return "n " + std::to_string(d.n) + " c " + std::to_string(d.c) + " h " + std::to_string(d.h) + " w " +
+               std::to_string(d.w) + " o " + std::to_string(o) + " kernel " + std::to_string(d.kh) + "x" +
+               std::to_string(d.kw) + " stride " + std::to_string(d.sh) + "x" + std::to_string(d.sw) + " padding " +
+               std::to_string(d.ph) + "x" + std::to_string(d.pw) + " dilation " + std::to_string(d.dh) + "x" +
+               std::to_string(d.dw) + (cl ? " NHWC" : " NCHW");
+    }
+
+    template <class T>
+    std::vector<T> random_values(std::mt19937_64& gen, std::int64_t n)
+    {
+        std::uniform_real_distribution<double> dist(-1, 1);
+        std::vector<T> v(static_cast<std::size_t>(n));
+        for (auto& e : v)
+            e = static_cast<T>(dist(gen));
+        return v;
+    }
+
+    template <class T>
+    std::vector<T> absolute(std::vector<T> v)
+    {
+        for (auto& e : v)
+            e = std::abs(e);
+        return v;
+    }
+
+    /// The kernels' (n, c, h, w) strides of an image view made in the layout's logical order.
+    shape_t kernel_order(const shape_t& s, bool cl) { return cl ? shape_t{s[0], s[3], s[1], s[2]} : s; }
+
+    /// One geometry's operands: x (a strided view, in the layout's logical order), w, bias, dy.
+    template <class T>
+    struct operands
+    {
+        window2d_dims d;
+        std::int64_t o, l, k;
+        bool cl;
+        view<T> x;
+        std::vector<T> w, bias, dy;
+
+        shape_t image_shape() const { return cl ? shape_t{d.n, d.h, d.w, d.c} : shape_t{d.n, d.c, d.h, d.w}; }
+        std::int64_t terms() const { return k + o * d.kh * d.kw + d.n * l + 1; }
+    };
+
+    template <class T>
+    operands<T> random_operands(std::mt19937_64& gen, bool cl)
+    {
+        operands<T> p;
+        p.d = random_conv_window(gen);
+        p.o = 1 + std::int64_t(gen() % 6);
+        p.l = p.d.oh * p.d.ow;
+        p.k = p.d.c * p.d.kh * p.d.kw;
+        p.cl = cl;
+        p.x = make_view<T>(p.image_shape(), in_layouts[gen() % in_layouts.size()], gen, T(0));
+        std::uniform_real_distribution<double> dist(-1, 1);
+        for (auto& e : p.x.storage)
+            e = static_cast<T>(dist(gen));
+        p.w = random_values<T>(gen, p.k * p.o);
+        p.bias = random_values<T>(gen, p.o);
+        p.dy = random_values<T>(gen, p.d.n * p.l * p.o);
+        return p;
+    }
+
+    /// The three outputs of one kernel table's run.
+    template <class T>
+    struct outputs
+    {
+        std::vector<T> y, dw;
+        view<T> dx;
+    };
+
+    template <class T>
+    outputs<T> run(const xgrad::kernels::kernel_table& t, const operands<T>& p, const view<T>& dx_layout,
+                   bool with_bias, std::int64_t block, std::int64_t chains, T fill)
+    {
+        constexpr dtype dt = dtype_of<T>();
+        outputs<T> r;
+        r.y.assign(static_cast<std::size_t>(p.d.n * p.l * p.o), fill);
+        r.dw.assign(static_cast<std::size_t>(p.k * p.o), fill);
+        r.dx = dx_layout;
+        std::fill(r.dx.storage.begin(), r.dx.storage.end(), fill);
+        const shape_t xs = kernel_order(p.x.strides, p.cl), dxs = kernel_order(r.dx.strides, p.cl);
+        t.conv2d_forward(r.y.data(), p.x.data(), xs.data(), p.w.data(), with_bias ? p.bias.data() : nullptr, dt, p.d,
+                         p.o, p.cl, block);
+        t.conv2d_input_grad(r.dx.data(), dxs.data(), p.dy.data(), p.w.data(), dt, p.d, p.o, p.cl, block);
+        t.conv2d_weight_grad(r.dw.data(), p.x.data(), xs.data(), p.dy.data(), dt, p.d, p.o, p.cl, block, chains);
+        return r;
+    }
+
+    template <class T>
+    void check_close(const std::vector<T>& got, const std::vector<T>& want, const std::vector<T>& mag, double scale,
+                     const char* what)
+    {
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i)
+        {
+            const double bound = scale * static_cast<double>(mag[i]) + 1e-300;
+            if (!(std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])) <= bound))
+            {
+                INFO(what, " element ", i, ": got ", double(got[i]), ", want ", double(want[i]), ", bound ", bound);
+                CHECK(false);
+                return;
+            }
+        }
+    }
+
+    template <class T>
+    void check_conv_case(std::mt19937_64& gen, bool cl)
+    {
+        const operands<T> p = random_operands<T>(gen, cl);
+        const bool with_bias = gen() % 2 == 0;
+        const auto dx_layout = make_view<T>(p.image_shape(), out_layouts[gen() % out_layouts.size()], gen, T(0));
+        INFO(describe(p.d, p.o, cl), " bias ", with_bias, " x ", p.x.describe(), " dx ", dx_layout.describe());
+        const auto& ref = cpu::reference_kernels();
+        const outputs<T> want = run(ref, p, dx_layout, with_bias, p.d.n, 1, garbage_reference<T>());
+        operands<T> a = p;
+        a.x.storage = absolute(p.x.storage);
+        a.w = absolute(p.w);
+        a.bias = absolute(p.bias);
+        a.dy = absolute(p.dy);
+        const outputs<T> mag = run(ref, a, dx_layout, with_bias, p.d.n, 1, T(0));
+        const double u = std::is_same_v<T, float> ? 0x1p-24 : 0x1p-53;
+        const double scale = 2.0 * static_cast<double>(p.terms()) * u;
+        const std::int64_t three = std::min<std::int64_t>(3, p.d.n);
+        for (const std::int64_t block : {std::int64_t{1}, three, p.d.n})
+        {
+            const std::int64_t blocks = (p.d.n + block - 1) / block;
+            for (const std::int64_t chains : {std::int64_t{1}, std::min<std::int64_t>(2, blocks), blocks})
+            {
+                INFO("block ", block, " chains ", chains);
+                const outputs<T> got = run(fast, p, dx_layout, with_bias, block, chains, garbage_fast<T>());
+                check_close(got.y, want.y, mag.y, scale, "y");
+                check_close(got.dw, want.dw, mag.dw, scale, "dw");
+                const auto offs = offsets_of(got.dx.shape, got.dx.strides);
+                std::vector<T> gx, wx, mx;
+                for (const auto off : offs)
+                {
+                    gx.push_back(got.dx.storage[static_cast<std::size_t>(off)]);
+                    wx.push_back(want.dx.storage[static_cast<std::size_t>(off)]);
+                    mx.push_back(mag.dx.storage[static_cast<std::size_t>(off)]);
+                }
+                check_close(gx, wx, mx, scale, "dx");
+                // Storage outside the strided dx keeps its fill.
+                const auto err = compare(got.dx, got.dx, garbage_fast<T>(), garbage_fast<T>(),
+                                         [](T, T, std::size_t) { return true; });
+                CHECK_MESSAGE(err.empty(), err);
+            }
+        }
+    }
+}
+
+TEST_CASE("cpu kernels: conv2d_forward, conv2d_input_grad and conv2d_weight_grad match the reference")
+{
+    settings_guard guard;
+    for (const int threads : {1, 3})
+    {
+        xgrad::set_num_threads(threads);
+        for (const auto level : simd_levels())
+        {
+            cpu::limit_simd_level(level);
+            INFO("SIMD level ", level_name(level), ", ", threads, " thread(s)");
+            std::mt19937_64 gen(11);
+            for (int rep = 0; rep < 12; ++rep)
+                for (const bool cl : {false, true})
+                {
+                    check_conv_case<float>(gen, cl);
+                    check_conv_case<double>(gen, cl);
+                }
+        }
+    }
+}
+
+TEST_CASE("cpu kernels: the convolution kernels give the same bits at every thread count")
+{
+    settings_guard guard;
+    std::mt19937_64 gen(12);
+    for (int rep = 0; rep < 6; ++rep)
+        for (const bool cl : {false, true})
+        {
+            const operands<float> p = random_operands<float>(gen, cl);
+            const auto dx_layout = make_view<float>(p.image_shape(), layout::contiguous, gen, 0.0f);
+            INFO(describe(p.d, p.o, cl));
+            const std::int64_t block = std::max<std::int64_t>(1, p.d.n / 3);
+            const std::int64_t blocks = (p.d.n + block - 1) / block;
+            std::vector<outputs<float>> runs;
+            for (const int threads : {1, 2, 3})
+            {
+                xgrad::set_num_threads(threads);
+                runs.push_back(run(fast, p, dx_layout, true, block, blocks, garbage_fast<float>()));
+            }
+            for (std::size_t i = 1; i < runs.size(); ++i)
+            {
+                CHECK(std::memcmp(runs[i].y.data(), runs[0].y.data(), runs[0].y.size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(runs[i].dw.data(), runs[0].dw.data(), runs[0].dw.size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(runs[i].dx.data(), runs[0].dx.data(), runs[0].dx.storage.size() * sizeof(float)) ==
+                      0);
+            }
+        }
+}
