@@ -1,4 +1,4 @@
-// conv2d's three products, each one op that runs over blocks of images:
+// conv2d's three products, each one recorded op and one backend kernel:
 //
 //   conv_forward      y  = unfold(x) * W (+ bias)        x-shaped in, y-shaped out
 //   conv_input_grad   dx = fold(dy * W^T)                y-shaped in, x-shaped out
@@ -10,10 +10,12 @@
 // Why fused: composed from unfold2d, matmul and fold2d, a convolution writes its whole cols
 // matrix (K/C times the input: 14.4 MB for the example's second convolution at batch 64) to
 // memory and reads it back in the GEMM, saves it for the backward pass, and in the backward
-// writes and re-reads a cols-sized gradient as well. Here each op unfolds a block of images
-// into a scratch matrix small enough to stay in the core's cache (block_elements), multiplies
-// it there, and folds it there, so the cols matrices never reach DRAM and nothing cols-sized is
-// kept between the passes: the weight gradient unfolds x again, block by block.
+// writes and re-reads a cols-sized gradient as well. Here each op is one kernel (kernel_list.hpp,
+// conv2d_*, written once in backends/common/conv_blocks.hpp) that unfolds a block of images
+// into scratch small enough to stay in a core's cache (block_elements), multiplies it there
+// and folds it there, so the cols matrices never reach DRAM and nothing cols-sized is kept
+// between the passes: the weight gradient unfolds x again, block by block. The ops check the
+// shapes, convert 16-bit operands to float32 and choose the blocking, from the shape alone.
 //
 // Gradients: all three maps are linear in each operand, and each one's adjoints are the other
 // two (with <., .> the sum of elementwise products):

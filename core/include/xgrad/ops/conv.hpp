@@ -1,5 +1,5 @@
 #pragma once
-// 2-D convolution and its linear building blocks (core/src/ops/conv.cpp).
+// 2-D convolution and its linear building blocks (core/src/ops/conv.cpp, conv_gemm.cpp).
 //
 // conv2d is im2col + GEMM: unfold2d (im2col) gathers every receptive field into a matrix and
 // one GEMM (the backend's, OpenBLAS on the CPU) multiplies it by the weights, with the bias
