@@ -21,6 +21,9 @@
 // dnnl_sgemm on the same operands with the same thread count (a peer only, built when oneDNN is
 // found, as for bn_bench). The context line names OpenBLAS's kernel set (cpu_kernels_description):
 // run it again with OPENBLAS_CORETYPE set to compare OpenBLAS's kernel sets.
+//
+// Convolution: the example's two convolutions in each direction and layout, xgrad's ops against
+// oneDNN's convolution primitives (conv_cases.cpp).
 #include <benchmark/benchmark.h>
 
 #ifdef XGRAD_BENCH_HAVE_DNNL
