@@ -171,7 +171,7 @@ namespace xgrad::kernels::conv_blocks
     {
         const plan p(d, o, channels_last, block, dt);
         const std::int64_t l = p.l, k = p.k, ko = k * o;
-        std::int64_t shape[1] = {ko};
+        const std::int64_t shape[1] = {ko};
         const std::int64_t unit[1] = {1};
         if (p.blocks == 0 || ko == 0) // no images: the sum over them is zero
         {

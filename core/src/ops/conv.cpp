@@ -33,7 +33,6 @@
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
-#include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad::detail
