@@ -1,20 +1,21 @@
-// Batch-norm benchmarks: xgrad's CPU batch-norm kernels against oneDNN (the peer), a plain
-// two-pass loop (the "what a straightforward loop does" baseline) and bandwidth probes over the
-// same bytes, in one process; plus the fused second-order op against its composite formula.
+// Batch-norm benchmarks: xgrad's CPU batch-norm kernels against oneDNN and ATen (the peers), a
+// plain two-pass loop (the "what a straightforward loop does" baseline) and bandwidth probes over
+// the same bytes, in one process; plus the fused second-order op against its composite formula.
 //
 // The kernels are memory-bound: a training gradient reads x and dy and writes dx, so its floor
-// is the time DRAM takes to move those three tensors. Each case therefore runs four benchmarks
-// back to back (so that they see the same machine state): <case>/xgrad, <case>/onednn (only
-// when oneDNN was found at configure time and has an implementation for the case: oneDNN 2.6
-// has no bfloat16 batch norm without AVX-512, which registration reports on stderr), <case>/ref
-// (float32 only) and <case>/probe_triad (2 reads + 1 write, for gradient cases) or
-// <case>/probe_copy (1 read + 1 write, for forward cases): plain loops the compiler vectorises,
-// over exactly the bytes the case moves, on xgrad's thread pool.
+// is the time DRAM takes to move those three tensors. Each case therefore runs up to five
+// benchmarks back to back (so that they see the same machine state): <case>/xgrad,
+// <case>/onednn (only when oneDNN was found at configure time and has an implementation for the
+// case: oneDNN 2.6 has no bfloat16 batch norm without AVX-512, which registration reports on
+// stderr), <case>/aten (only when LibTorch was given at configure time and ATen has a CPU kernel
+// for the case), <case>/ref (float32 only) and <case>/probe_triad (2 reads + 1 write, for
+// gradient cases) or <case>/probe_copy (1 read + 1 write, for forward cases): plain loops the
+// compiler vectorises, over exactly the bytes the case moves, on xgrad's thread pool.
 //
 // Sources: this file holds xgrad's runs, the probes, the second-order comparison, registration
-// and main; bn_bench_peers.cpp the peers (the two-pass loop and oneDNN); bn_bench_common.cpp the
-// cold-cache workspaces, whose rotation keeps every figure's data out of the last-level cache
-// (bn_bench.hpp explains how), and finish(), which sets the counters below.
+// and main; bn_bench_peers.cpp the two-pass loop and oneDNN; bn_bench_aten.cpp ATen;
+// bn_bench_common.cpp the cold-cache workspaces, whose rotation keeps every figure's data out of
+// the last-level cache (bn_bench.hpp explains how), and finish(), which sets the counters below.
 //
 // Figures: ms per iteration (real time) and the counter GB/s = bytes moved per second, counting
 // each tensor once: x, dy read and dx written for gradients (12 bytes/element float32, 6
@@ -27,7 +28,8 @@
 // Case names: <op>_<layout>_<dtype>_<N>x<C>x<H>x<W>_t<threads>, op grad_train (training
 // gradient, bn_grad_training), grad_infer (inference gradient, bn_grad_inference) or fwd_train
 // (training forward, bn_forward_training). Thread counts: xgrad::set_num_threads for xgrad, the
-// reference and the probes; omp_set_num_threads for oneDNN (Debian's build uses OpenMP).
+// reference and the probes; omp_set_num_threads for oneDNN (Debian's build uses OpenMP);
+// at::set_num_threads for ATen.
 //
 // grad_grad_<layout>_f32_<shape>_t2/{fused,composite}: xgrad::fused_batch_norm_grad_grad
 // against xgrad::batch_norm_grad_grad_composite at op level (allocations included), training
@@ -41,6 +43,7 @@
 // bench/run runs it and prints one summary line per case; only ratios measured in the same run
 // are meaningful on a shared machine.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +59,25 @@
 #include "xgrad/thread_pool.hpp"
 #include "xgrad/xgrad.hpp"
 
+void xgrad::bn_bench::xgrad_kernel(const bn_case& c, const buffer_set& s, void* out)
+{
+    switch (c.kind)
+    {
+    case op_kind::grad_train:
+        cpu::fast_kernels().bn_grad_training(out, s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr, s.scale(),
+                                             s.mean(), s.var(), eps, c.dt, c.outer(), c.channels(), c.inner());
+        break;
+    case op_kind::grad_infer:
+        cpu::fast_kernels().bn_grad_inference(out, s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(), nullptr, s.scale(),
+                                              s.mean(), s.var(), eps, c.dt, c.outer(), c.channels(), c.inner());
+        break;
+    case op_kind::fwd_train:
+        cpu::fast_kernels().bn_forward_training(out, s.mean(), s.var(), s.x.get(), s.scale(), s.offset(), eps, false,
+                                                c.dt, c.outer(), c.channels(), c.inner());
+        break;
+    }
+}
+
 namespace
 {
     using namespace xgrad;
@@ -70,23 +92,7 @@ namespace
         for (auto _ : state)
         {
             const buffer_set& s = next_set(ws);
-            switch (c.kind)
-            {
-            case op_kind::grad_train:
-                cpu::fast_kernels().bn_grad_training(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(),
-                                                     nullptr, s.scale(), s.mean(), s.var(), eps, c.dt, c.outer(),
-                                                     c.channels(), c.inner());
-                break;
-            case op_kind::grad_infer:
-                cpu::fast_kernels().bn_grad_inference(s.dx.get(), s.sum_dy(), s.sum_dy_xc(), s.dy.get(), s.x.get(),
-                                                      nullptr, s.scale(), s.mean(), s.var(), eps, c.dt, c.outer(),
-                                                      c.channels(), c.inner());
-                break;
-            case op_kind::fwd_train:
-                cpu::fast_kernels().bn_forward_training(s.dx.get(), s.mean(), s.var(), s.x.get(), s.scale(), s.offset(),
-                                                        eps, false, c.dt, c.outer(), c.channels(), c.inner());
-                break;
-            }
+            xgrad_kernel(c, s, s.dx.get());
             benchmark::ClobberMemory();
         }
         finish(state, c, "xgrad", meter);
@@ -197,11 +203,16 @@ namespace
     void register_all()
     {
         const shape4 shapes[] = {{32, 64, 56, 56}, {64, 128, 28, 28}, {256, 32, 14, 14}, {128, 16, 28, 28}};
-        std::string dnnl_missing;
+        std::string dnnl_missing, aten_missing;
 #ifdef XGRAD_BENCH_HAVE_DNNL
         benchmark::AddCustomContext("onednn", onednn_version());
 #else
         benchmark::AddCustomContext("onednn", "none (not found at configure time)");
+#endif
+#ifdef XGRAD_BENCH_HAVE_ATEN
+        benchmark::AddCustomContext("aten", aten_version());
+#else
+        benchmark::AddCustomContext("aten", "none (XGRAD_BENCH_TORCH_DIR not set at configure time)");
 #endif
         benchmark::AddCustomContext("llc_bytes", std::to_string(llc_bytes()));
         benchmark::AddCustomContext("xgrad_simd", cpu::simd_level_name(cpu::simd_level_in_use()));
@@ -231,6 +242,15 @@ namespace
                                 else
                                     add(name + "/onednn", [c](benchmark::State& st) { run_onednn(st, c); });
 #endif
+#ifdef XGRAD_BENCH_HAVE_ATEN
+                                if (const std::optional<std::string> why = aten_unsupported(c))
+                                {
+                                    std::fprintf(stderr, "ATen: no kernel for %s (%s)\n", name.c_str(), why->c_str());
+                                    aten_missing += (aten_missing.empty() ? "" : " ") + name;
+                                }
+                                else
+                                    add(name + "/aten", [c](benchmark::State& st) { run_aten(st, c); });
+#endif
                                 if (dt == dtype::float32)
                                     add(name + "/ref", [c](benchmark::State& st) { run_reference(st, c); });
                                 add(name + (c.tensors() == 3 ? "/probe_triad" : "/probe_copy"),
@@ -238,6 +258,8 @@ namespace
                             }
         if (!dnnl_missing.empty())
             benchmark::AddCustomContext("onednn_unsupported", dnnl_missing);
+        if (!aten_missing.empty())
+            benchmark::AddCustomContext("aten_unsupported", aten_missing);
         const shape4 gg = shapes[0];
         for (layout lay : {layout::nchw, layout::nhwc})
         {
@@ -252,6 +274,13 @@ namespace
 
 int main(int argc, char** argv)
 {
+    // Freed blocks go back to the heap and are reused, not unmapped: glibc would otherwise map
+    // each output that ATen (or the op-level second-order runs) allocates afresh, above its
+    // adaptive threshold, and the kernel's zeroing of new pages would be timed as the peer's
+    // work (2-3x its time for the 25 MB outputs here). 32 MiB is glibc's largest threshold;
+    // the largest tensor here is 25.7 MB.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     // --simd=<level> and --bn-budget=<MiB>: taken out of argv before Google Benchmark sees them.
     int kept = 1;
     for (int i = 1; i < argc; ++i)

@@ -1,9 +1,11 @@
 #pragma once
-// Internal to bn_bench: what its three sources share. The case descriptions (bn_case), the
+// Internal to bn_bench: what its sources share. The case descriptions (bn_case), the
 // cold-cache workspaces with their buffer rotation, the CPU-time meter and finish(), which sets
 // the counters and label every kernel benchmark reports (definitions in bn_bench_common.cpp);
-// and the peers' entry points (bn_bench_peers.cpp). bn_bench.cpp holds xgrad's runs, the
-// probes, the second-order comparison, registration and main.
+// one call of xgrad's kernel for a case (bn_bench.cpp); and the peers' entry points
+// (bn_bench_peers.cpp: the two-pass loop and oneDNN; bn_bench_aten.cpp: ATen, C++20, built
+// apart because LibTorch's headers need it). bn_bench.cpp holds xgrad's runs, the probes, the
+// second-order comparison, registration and main.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -150,7 +152,12 @@ namespace xgrad::bn_bench
     // the label, once the timed loop is over.
     void finish(benchmark::State& state, const bn_case& c, const char* label, const cpu_meter& meter);
 
-    // --- peers (bn_bench_peers.cpp) ----------------------------------------------------------
+    // --- xgrad (bn_bench.cpp) ---------------------------------------------------------------
+    // One call of xgrad's kernel for c on s's inputs, writing dx (or y) to out; the per-channel
+    // outputs go to s's vectors (the forward's mean and variance to s.mean() and s.var()).
+    void xgrad_kernel(const bn_case& c, const buffer_set& s, void* out);
+
+    // --- peers (bn_bench_peers.cpp, bn_bench_aten.cpp) -------------------------------------
     // The plain two-pass loop, float32 cases only.
     void run_reference(benchmark::State& state, const bn_case& c);
 
@@ -164,5 +171,17 @@ namespace xgrad::bn_bench
     std::optional<std::string> onednn_unsupported(const bn_case& c);
 
     void run_onednn(benchmark::State& state, const bn_case& c);
+#endif
+
+#ifdef XGRAD_BENCH_HAVE_ATEN
+    // ATen, from the LibTorch of the current PyTorch wheel (bn_bench_aten.cpp).
+    // "major.minor.patch (cpu capability <ATen's dispatch level>)" of the LibTorch linked.
+    std::string aten_version();
+
+    // No value when ATen runs c's op, type and layout; otherwise the message of the c10::Error it
+    // raised on a small tensor, for registration to report (it then registers no <case>/aten).
+    std::optional<std::string> aten_unsupported(const bn_case& c);
+
+    void run_aten(benchmark::State& state, const bn_case& c);
 #endif
 }
