@@ -44,14 +44,18 @@
 //   columns of a channel, inner <= 31) + 4 (pairwise over the <= 16 tiles of an item) +
 //   ceil(log2 items) + 6 (pairwise over the merged outer indices, merge <= 64)
 //   <= 78 + ceil(log2 R);
-// - runs: per channel an item has <= run_item = 512 elements in <= 16 segments; each of the two
-//   vector accumulators takes <= 512 / (2W) + 16 batches (W lanes), +1 to add them, +log2 W
-//   lane levels, + ceil(log2 items) <= ceil(log2 R) pairwise levels over the items:
-//   83 + ceil(log2 R) for float with SSE2 (W = 4), 52 + ceil(log2 R) with AVX2 (W = 8);
-//   146 / 83 for double;
-// so |computed - exact| <= (85 + ceil(log2 R)) * u * sum |t_i| for float (148 for double):
-// for R = 10^6 float terms, 105 u = 6.3e-6 relative to sum |t_i|, against R u ~ 0.06 for a
-// naive left-to-right float loop. tests/backends/cpu/test_batch_norm_kernels.cpp checks these bounds.
+// - runs: per channel an item has <= run_item = 4096 elements in <= 128 segments (inner >= 32);
+//   each of the two vector accumulators takes <= 4096 / (2W) + 128 batches (W lanes), +1 to
+//   add them, +log2 W lane levels, + ceil(log2 items) <= ceil(log2 R) pairwise levels over the
+//   items: 643 + ceil(log2 R) for float with SSE2 (W = 4), 388 with AVX2 (W = 8), 259 with
+//   AVX-512 (W = 16); 1154 / 643 / 388 for double;
+// so |computed - exact| <= (645 + ceil(log2 R)) * u * sum |t_i| for float (1156 for double):
+// for R = 10^6 float terms, 665 u = 4.0e-5 relative to sum |t_i|, against R u ~ 0.06 for a
+// naive left-to-right float loop. tests/backends/cpu/test_batch_norm_kernels.cpp checks these
+// bounds. Items of 512 elements gave a bound eight times tighter, but each item's fixed costs
+// (its accumulators, lane sums, partial slot and call) then weighed on the short rows of small
+// images: 4096 ran the channels-first kernels 1.47x faster (geometric mean of the bench's
+// channels-first float32 cases, 1 and 2 threads; 1.7-2.4x on 28x28 images).
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -71,10 +75,11 @@ namespace xgrad::cpu::bn_detail
     constexpr std::int64_t min_cols = 64;
     /// Runs are used from this inner size on (below it, segments would be mostly tails).
     constexpr std::int64_t run_min_inner = 32;
-    /// Runs: elements of one channel per work item (at most).
-    constexpr std::int64_t run_item = 512;
+    /// Runs: elements of one channel per work item (at most). It sets the summation tree (and
+    /// the bound above); run_span does not.
+    constexpr std::int64_t run_item = 4096;
     /// Runs: a work item takes adjacent channels, about this many elements per outer index.
-    constexpr std::int64_t run_span = 1024;
+    constexpr std::int64_t run_span = 8192;
     /// Tiles, reductions: a work item takes up to 16 row blocks, about this many elements, and
     /// combines their sums pairwise itself (fewer, smaller partial sums to combine later).
     constexpr std::int64_t item_target = 32768;

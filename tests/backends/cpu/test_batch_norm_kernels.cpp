@@ -12,11 +12,12 @@
 // double from the same inputs):
 // - Sums of R terms t_i (bn_grad_reduce, bn_grad_inference, bn_grad_grad_reduce): the fast
 //   kernel forms each term with relative error <= 2u and adds them along a fixed tree of depth
-//   <= D = 148 + ceil(log2 R) (batch_norm_plan.hpp derives 85 + ceil(log2 R) for float, 148
-//   for double; the larger is used for both), plus one rounding when a sum is scaled by r; the
-//   reference accumulates in double left to right (error <= R 2^-53 sum|t|) and rounds once to
-//   S. Allowed: ((D + 3) u + R 2^-53) sum|t_i| + u |want|. For float and R = 10^4 that is
-//   165 u ~ 1e-5 relative to sum|t_i|: the "~1e-5 of the magnitudes involved".
+//   <= D = 1156 + ceil(log2 R) (backends/cpu/batch_norm/plan.hpp derives 645 + ceil(log2 R)
+//   for float, 1156 for double, from its run_item; the larger is used for both, computed here
+//   from the same constants), plus one rounding when a sum is scaled by r; the reference
+//   accumulates in double left to right (error <= R 2^-53 sum|t|) and rounds once to S.
+//   Allowed: ((D + 3) u + R 2^-53) sum|t_i| + u |want|. For float and R = 10^4 that is
+//   1173 u ~ 7e-5 relative to sum|t_i|.
 // - bn_moments (and the statistics of bn_forward_training): the kernel sums d = x - m and d^2
 //   around a shift m (an exact S value) chosen so that sum d^2 / R = var + delta^2 with
 //   delta = |m - mean| <= sqrt(var) (else it sums again around its first mean, where delta is
@@ -51,6 +52,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/batch_norm/plan.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
 #include "tests/support/cpu_kernels_helpers.hpp"
@@ -209,7 +211,15 @@ namespace
         double r(i64 c) const { return 1.0 / std::sqrt(static_cast<double>(var[static_cast<std::size_t>(c)]) + eps); }
         double P(const std::vector<S>& v, i64 c) const { return static_cast<double>(v[static_cast<std::size_t>(c)]); }
         /// The depth bound of the fast kernels' summation trees (see the file comment).
-        double depth() const { return 148 + std::ceil(std::log2(static_cast<double>(R) + 1)); }
+        /// Runs in double at SSE2 (W = 2) are the deepest: run_item / (2W) batches per
+        /// accumulator plus one tail batch per segment, +1 to add the two, +1 lane level, and
+        /// +2 for forming a term.
+        double depth() const
+        {
+            constexpr i64 runs = cpu::bn_detail::run_item / 4 +
+                                 cpu::bn_detail::run_item / cpu::bn_detail::run_min_inner + 4;
+            return runs + std::ceil(std::log2(static_cast<double>(R) + 1));
+        }
         /// Tolerance of a sum with sum|t| = mag and reference value want.
         double sum_tol(double mag, double want) const
         {
@@ -545,8 +555,9 @@ namespace
 
     /// Shapes that hit the paths and their edges: channels-last C below / at / above the SIMD
     /// widths, merged rows with a shorter tail row, several row blocks, small inner (tiles with
-    /// inner > 1), inner at the tile/run boundary (31, 32), runs grouping segments, runs chunking
-    /// long rows (513, 1100), and R = 0.
+    /// inner > 1), inner at the tile/run boundary (31, 32), runs grouping segments (513, 1100),
+    /// rows of exactly run_item and runs chunking longer rows (4099, run_item + 1, 40000), and
+    /// R = 0.
     std::vector<shape> edge_shapes()
     {
         return {{1, 1, 1},
@@ -573,6 +584,8 @@ namespace
                 {1, 1, 1100},
                 {3, 2, 1100},
                 {1, 1, 4099},
+                {3, 2, cpu::bn_detail::run_item},
+                {2, 3, cpu::bn_detail::run_item + 1},
                 {0, 3, 1},
                 {0, 3, 17},
                 {3, 3, 0},
