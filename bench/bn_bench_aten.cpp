@@ -13,7 +13,8 @@
 // on the case's own buffers (channels-last cases as NCHW-shaped tensors with channels-last
 // strides, which is how PyTorch holds a channels_last tensor), so ATen reads the same cold data
 // as xgrad. The backward has no out= kernel of its own (its out= form is generated: the
-// functional call, then a copy), so ATen allocates dx, as it does under PyTorch's autograd; the
+// functional call, then a copy), so ATen allocates dx, as it does under PyTorch's autograd (kept
+// for a rotation's length, below, so that it is written cold like the other outputs); the
 // forward writes into the case's output buffer. Scale and offset are float32 for every data type
 // (ATen's mixed-type path, like xgrad's kernels).
 //
@@ -179,12 +180,19 @@ namespace xgrad::bn_bench
             }
         }
 
+        // The outputs ATen allocates are kept for as many calls as there are buffer sets: each
+        // call's allocation then reuses the block freed by the call that many calls back, cold
+        // like xgrad's rotated dx, not the block just written, which a small tensor's last call
+        // would have left in the cache.
+        std::vector<at::Tensor> kept(sets.size());
+        std::size_t call = 0;
         const cpu_meter meter;
         for (auto _ : state)
         {
             at::Tensor out = run_once(c, sets[g_next_set++ % sets.size()]);
             benchmark::DoNotOptimize(out.data_ptr());
             benchmark::ClobberMemory();
+            kept[call++ % kept.size()] = std::move(out);
         }
         finish(state, c, "aten", meter);
     }
