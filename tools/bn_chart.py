@@ -8,9 +8,9 @@ Usage: python3 tools/bn_chart.py [INPUT|-] [OUTPUT.svg] [--threads N]
 Reads the lines `case=<op>_<layout>_<dtype>_<shape>_t<n> xgrad_gbps=.. peer_gbps=.. probe_gbps=..`
 (other lines, such as the kernels_bench and grad_grad ones, are ignored) and draws one panel per
 op (training gradient, inference gradient, training forward) with one row per
-layout/dtype/shape and three horizontal bars per row: xgrad, oneDNN and the bandwidth probe
-over the same bytes (2 reads + 1 write for gradients, a copy for the forward), in GB/s on a
-common scale. A missing oneDNN figure (peer=none) is marked "n/a".
+layout/dtype/shape and four horizontal bars per row: xgrad, oneDNN, ATen and the bandwidth
+probe over the same bytes (2 reads + 1 write for gradients, a copy for the forward), in GB/s on
+a common scale. A missing peer figure (peer=none, aten_gbps=nan) is marked "n/a".
 """
 import argparse
 import math
@@ -20,7 +20,7 @@ from xml.sax.saxutils import escape
 
 OPS = [("grad_train", "training gradient"), ("grad_infer", "inference gradient"), ("fwd_train", "training forward")]
 SERIES = [("xgrad_gbps", "xgrad", "#1f77b4"), ("peer_gbps", "oneDNN", "#ff7f0e"),
-          ("probe_gbps", "bandwidth probe (same bytes)", "#9e9e9e")]
+          ("aten_gbps", "ATen (PyTorch)", "#2ca02c"), ("probe_gbps", "bandwidth probe (same bytes)", "#9e9e9e")]
 CASE_RE = re.compile(r"^(grad_train|grad_infer|fwd_train)_(nhwc|nchw)_(f32|bf16)_(\d+x\d+x\d+x\d+)_t(\d+)$")
 
 
@@ -32,8 +32,9 @@ def parse(lines):
         if line.startswith("machine:"):
             machine = line[len("machine:"):].strip() + (machine or "")
         if line.startswith("bn_bench:"):
-            onednn = [tok for tok in line.split() if tok.startswith("onednn=")]
-            machine = (machine or "") + (f" oneDNN {onednn[0][len('onednn='):]}" if onednn else "")
+            for key, name in (("onednn=", "oneDNN"), ("aten=", "ATen")):
+                tok = [t for t in line.split() if t.startswith(key)]
+                machine = (machine or "") + (f" {name} {tok[0][len(key):]}" if tok else "")
         if not line.startswith("case="):
             continue
         fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
@@ -89,7 +90,7 @@ def draw(machine, cases, threads):
     add(f'<rect width="{width}" height="{height}" fill="white"/>')
     add(f'<text x="{width / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">'
         f'Batch norm on the CPU, {threads} thread{"s" if threads != 1 else ""}: effective bandwidth, '
-        f'xgrad vs oneDNN vs a bandwidth probe</text>')
+        f'xgrad vs oneDNN vs ATen vs a bandwidth probe</text>')
     if machine:
         add(f'<text x="{width / 2}" y="42" text-anchor="middle" fill="#555">{escape(machine)}</text>')
     # legend
@@ -97,7 +98,7 @@ def draw(machine, cases, threads):
     for _, name, color in SERIES:
         add(f'<rect x="{lx}" y="56" width="12" height="12" fill="{color}"/>')
         add(f'<text x="{lx + 17}" y="66">{escape(name)}</text>')
-        lx += 30 + 7 * len(name)
+        lx += 24 + 6 * len(name)
     add(f'<text x="{lx}" y="66" fill="#555">GB/s counts each tensor once (gradients: x, dy, dx; '
         f'forward: x, y); caches cold</text>')
 
