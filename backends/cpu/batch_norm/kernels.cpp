@@ -537,10 +537,14 @@ namespace xgrad::cpu
                 // d_x = cA (A - mA) + cG (g - mG) + cX (x - mX); inference: cG g (a and x not read)
                 kernels::bn_store_grad_grad_coefficients(cg.data(), cx.data(), C, c, k);
             }
+            // Five tensors (A, g, x and the two outputs): outputs of a larger pair bypass the
+            // cache like the other kernels' (each would otherwise cost a read for ownership).
+            const bool stream = stream_output(outer * C * inner, sizeof(T), 5);
             affine_out<T, S> outs[2];
             int n = 0;
             if (d_g)
             {
+                outs[n].stream = stream;
                 outs[n].out = static_cast<T*>(d_g);
                 outs[n].a = outs[n].x = true;
                 outs[n].coef = cg.data();
@@ -548,6 +552,7 @@ namespace xgrad::cpu
             }
             if (d_x)
             {
+                outs[n].stream = stream;
                 outs[n].out = static_cast<T*>(d_x);
                 outs[n].g = true;
                 outs[n].a = outs[n].x = training;
