@@ -249,7 +249,7 @@ namespace xgrad::cpu
         /// more than one standard deviation off, e.g. sorted or drifting data, or an outlier in
         /// the sample) is summed again around its now accurate mean (F ~ 1): the two-pass
         /// result. So the variance's error bound is at most twice the two-pass bound of plan.hpp
-        /// ((85 + ceil(log2 R)) u sum d^2, doubled), while typical data is read once.
+        /// ((645 + ceil(log2 R)) u sum d^2 for float, doubled), while typical data is read once.
         template <class T, class S>
         void moments_of(const geometry& geo, const operands<T, S>& io, S* mo, S* vo)
         {

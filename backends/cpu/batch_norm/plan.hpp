@@ -80,6 +80,12 @@ namespace xgrad::cpu::bn_detail
     constexpr std::int64_t run_item = 4096;
     /// Runs: a work item takes adjacent channels, about this many elements per outer index.
     constexpr std::int64_t run_span = 8192;
+    /// D - ceil(log2 R) of the error bound above, for every kernel and SIMD level: the runs in
+    /// double at SSE2 (W = 2) are the deepest, run_item / (2W) batches per accumulator plus a
+    /// tail batch per segment, +1 to add the two accumulators, +1 lane level, and +2 for
+    /// forming a term (the tiles' 78 + 2 is less). The kernel tests take their bounds from it.
+    constexpr std::int64_t error_depth = run_item / 4 + run_item / run_min_inner + 4;
+    static_assert(error_depth >= 80, "the tiles' depth must stay within the bound");
     /// Tiles, reductions: a work item takes up to 16 row blocks, about this many elements, and
     /// combines their sums pairwise itself (fewer, smaller partial sums to combine later).
     constexpr std::int64_t item_target = 32768;

@@ -211,14 +211,9 @@ namespace
         double r(i64 c) const { return 1.0 / std::sqrt(static_cast<double>(var[static_cast<std::size_t>(c)]) + eps); }
         double P(const std::vector<S>& v, i64 c) const { return static_cast<double>(v[static_cast<std::size_t>(c)]); }
         /// The depth bound of the fast kernels' summation trees (see the file comment).
-        /// Runs in double at SSE2 (W = 2) are the deepest: run_item / (2W) batches per
-        /// accumulator plus one tail batch per segment, +1 to add the two, +1 lane level, and
-        /// +2 for forming a term.
         double depth() const
         {
-            constexpr i64 runs = cpu::bn_detail::run_item / 4 +
-                                 cpu::bn_detail::run_item / cpu::bn_detail::run_min_inner + 4;
-            return runs + std::ceil(std::log2(static_cast<double>(R) + 1));
+            return static_cast<double>(cpu::bn_detail::error_depth) + std::ceil(std::log2(static_cast<double>(R) + 1));
         }
         /// Tolerance of a sum with sum|t| = mag and reference value want.
         double sum_tol(double mag, double want) const
