@@ -72,20 +72,28 @@ namespace xgrad::bn_bench
             at::Tensor x, dy, out, scale, offset, mean, var, invstd, save_mean, save_invstd;
         };
 
-        aten_set make_set(const buffer_set& s, const bn_case& c)
+        // The tensors over the given buffers: x, dy and out of c's shape, four per-channel float
+        // vectors.
+        aten_set make_set(void* x, void* dy, void* out, float* scale, float* offset, float* mean, float* var,
+                          const bn_case& c)
         {
             aten_set a;
-            a.x = data_view(s.x.get(), c);
-            a.dy = data_view(s.dy.get(), c);
-            a.out = data_view(s.dx.get(), c);
-            a.scale = channel_view(s.scale(), c);
-            a.offset = channel_view(s.offset(), c);
-            a.mean = channel_view(s.mean(), c);
-            a.var = channel_view(s.var(), c);
+            a.x = data_view(x, c);
+            a.dy = data_view(dy, c);
+            a.out = data_view(out, c);
+            a.scale = channel_view(scale, c);
+            a.offset = channel_view(offset, c);
+            a.mean = channel_view(mean, c);
+            a.var = channel_view(var, c);
             a.invstd = (a.var + eps).rsqrt();
             a.save_mean = at::empty({c.channels()}, at::kFloat);
             a.save_invstd = at::empty({c.channels()}, at::kFloat);
             return a;
+        }
+
+        aten_set make_set(const buffer_set& s, const bn_case& c)
+        {
+            return make_set(s.x.get(), s.dy.get(), s.dx.get(), s.scale(), s.offset(), s.mean(), s.var(), c);
         }
 
         // Runs the case's op once; returns the output (dx or y).
@@ -129,17 +137,13 @@ namespace xgrad::bn_bench
         small.threads = 1;
         const std::int64_t n = small.elems();
         std::vector<std::uint8_t> bytes(static_cast<std::size_t>(3 * n * c.elem_size()), 0);
-        std::vector<float> channel(static_cast<std::size_t>(4 * c.channels()), 1.0f);
+        std::vector<float> channel(static_cast<std::size_t>(c.channels()), 1.0f); // every vector
+        float* const ones = channel.data();
         try
         {
             set_threads(small);
-            aten_set a;
-            a.x = data_view(bytes.data(), small);
-            a.dy = data_view(bytes.data() + n * c.elem_size(), small);
-            a.out = data_view(bytes.data() + 2 * n * c.elem_size(), small);
-            a.scale = a.offset = a.mean = a.var = a.invstd = channel_view(channel.data(), small);
-            a.save_mean = at::empty({c.channels()}, at::kFloat);
-            a.save_invstd = at::empty({c.channels()}, at::kFloat);
+            aten_set a = make_set(bytes.data(), bytes.data() + n * c.elem_size(), bytes.data() + 2 * n * c.elem_size(),
+                                  ones, ones, ones, ones, small);
             run_once(small, a);
             return std::nullopt;
         }

@@ -2,14 +2,14 @@
 // backends/cpu/batch_norm/kernels.cpp, moments_of) on data built to break a one-pass
 // formula: a large mean with a tiny spread, R = 1 and 2, R = 2^22, sorted data (the channel's
 // first elements, from which the kernel takes its shift, are far from the mean), an outlier
-// among those first elements, a start drifted from the rest, a constant channel. Each is checked against the mean and variance
-// computed here in long double, two-pass, from the same values, at every SIMD level, in both
-// layouts, for float32 and float64.
+// among those first elements, a start drifted from the rest, a constant channel. Each is
+// checked against the mean and variance computed here in long double, two-pass, from the same
+// values, at every SIMD level, in both layouts, for float32 and float64.
 //
 // Tolerance, and why: with u the unit roundoff of the statistics type and D = 1156 +
-// ceil(log2 R) the depth of the kernels' summation tree (computed from the plan's constants as
-// in test_batch_norm_kernels.cpp, whose header derives these bounds), the kernel guarantees sum (x - m)^2 / R <= 2 var around
-// the shift m it sums with, so
+// ceil(log2 R) the depth of the kernels' summation tree (plan.hpp's error_depth, as in
+// test_batch_norm_kernels.cpp, whose header derives these bounds), the kernel guarantees
+// sum (x - m)^2 / R <= 2 var around the shift m it sums with, so
 //   |mean error| <= (D + 3) u sqrt(2 var) + 2 u |mean|,
 //   |var error|  <= (3D + 8) u 2 var + u var.
 // A one-pass formula that kept a bad shift (the sorted, outlier and drifted cases) loses
