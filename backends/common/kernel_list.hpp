@@ -96,6 +96,17 @@ namespace xgrad::kernels
     using max_pool2d_fn = void(void* out, const std::int64_t* out_strides, std::int64_t* idx,
                                const std::int64_t* idx_strides, const void* x, const std::int64_t* x_strides, dtype dt,
                                const window2d_dims& d);
+    /// The gradient of max pooling whose windows do not overlap (windows_disjoint(d), which
+    /// the op guarantees): dx[n, c, h, w] (dx_strides, in (n, c, h, w) order;
+    /// dx must not overlap itself) = 0 + g[n, c, oh, ow] (g_strides) where (h, w) is a tap of
+    /// window (oh, ow) and idx[n, c, oh, ow] (idx_strides) equals its offset n * dx_strides[0] +
+    /// c * dx_strides[1] + h * dx_strides[2] + w * dx_strides[3], and +0 everywhere else. With
+    /// idx as max_pool2d wrote it for an x of dx's strides, that is put_add(g, idx) (its bits,
+    /// -0 terms included), written in one pass over dx with no zero fill before it. ASSIGNS
+    /// every element of dx.
+    using max_pool2d_grad_fn = void(void* dx, const std::int64_t* dx_strides, const void* g,
+                                    const std::int64_t* g_strides, const std::int64_t* idx,
+                                    const std::int64_t* idx_strides, dtype dt, const window2d_dims& d);
     /// out[i] = x[idx[i]] for i < n (out, idx contiguous; x holds x_numel elements). Returns the
     /// first i whose idx is outside [0, x_numel), or -1 (out is then complete).
     using take_fn = std::int64_t(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt,
@@ -103,12 +114,10 @@ namespace xgrad::kernels
     /// The adjoint of take: out (contiguous, out_numel elements) = 0, then g[i] added at idx[i]
     /// for i = 0..n-1 in that order (16-bit dtypes summed in float32, rounded once). Returns the
     /// first i whose idx is outside [0, out_numel), or -1 (out is then complete). ASSIGNS out:
-    /// nothing is added to its previous contents. `distinct`: the caller guarantees that no
-    /// position repeats (max pooling whose windows do not overlap), so each element gets at
-    /// most one term and the kernel may add them in any order (over threads, with no sort on a
-    /// GPU); the result is bit for bit that of distinct = false.
+    /// nothing is added to its previous contents. (Max pooling over windows that do not
+    /// overlap, whose positions never repeat, has max_pool2d_grad instead.)
     using put_add_fn = std::int64_t(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
-                                    std::int64_t n, bool distinct);
+                                    std::int64_t n);
 
     // ---- sliding windows (conv2d, pooling) -------------------------------------------------
 
@@ -262,6 +271,7 @@ namespace xgrad::kernels
     X(matmul, reference)                                                                                               \
     X(one_hot, shared)                                                                                                 \
     X(max_pool2d, shared)                                                                                              \
+    X(max_pool2d_grad, shared)                                                                                         \
     X(take, shared)                                                                                                    \
     X(put_add, shared)                                                                                                 \
     X(unfold2d, reference)                                                                                             \

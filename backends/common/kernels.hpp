@@ -26,6 +26,8 @@
 //   without converting them; fold2d sums 16-bit values in float32 and rounds once.
 #include <cstdint>
 
+#include "xgrad/half.hpp" // XGRAD_HOST_DEVICE
+
 /// The op codes of the elementwise and reduction kernels, each list X(name) in enum order. A
 /// new op code joins its list here, gets its formula in backends/common/op_math.hpp, and its
 /// row in the tests' op table (tests/support/op_cases.hpp), which a test checks against these lists.
@@ -85,4 +87,23 @@ namespace xgrad::kernels
         std::int64_t dh, dw; // dilation
         std::int64_t oh, ow; // output extents
     };
+
+    /// Whether no two windows of d share an input position: each stride is at least the
+    /// window's extent, (k - 1) * dilation + 1, in both axes (the usual 2x2 pool of stride 2).
+    XGRAD_HOST_DEVICE inline bool windows_disjoint(const window2d_dims& d)
+    {
+        return d.sh >= (d.kh - 1) * d.dh + 1 && d.sw >= (d.kw - 1) * d.dw + 1;
+    }
+
+    /// Along one axis of disjoint windows: the window o < out that reads input position i
+    /// (0 <= i) as one of its taps, i = o * stride - pad + k * dilation with k < kernel, or -1
+    /// when no window reads it (a gap between windows, or past the last). Disjoint windows
+    /// make o = (i + pad) / stride the only candidate.
+    XGRAD_HOST_DEVICE inline std::int64_t disjoint_window_of(std::int64_t i, std::int64_t stride, std::int64_t pad,
+                                                             std::int64_t dilation, std::int64_t kernel,
+                                                             std::int64_t out)
+    {
+        const std::int64_t t = i + pad, o = t / stride, r = t - o * stride;
+        return o < out && r % dilation == 0 && r / dilation < kernel ? o : -1;
+    }
 }

@@ -35,7 +35,7 @@ namespace xgrad::cuda
     // Where they are defined: allocate, deallocate, copy_to_host, copy_from_host in
     // allocator.cpp (a caching allocator over the runtime's device memory); fill, copy, unary,
     // binary, where in elementwise.cpp; reduce and argmax in reduce.cpp; matmul in matmul.cu
-    // (cuBLAS) / matmul_omp.cpp; one_hot, max_pool2d, take, put_add in index.cpp;
+    // (cuBLAS) / matmul_omp.cpp; one_hot, max_pool2d, max_pool2d_grad, take, put_add in index.cpp;
     // unfold2d, fold2d in unfold.cpp; the conv2d_ kernels in conv.cpp (blocks of images over the
     // kernels above, backends/common/conv_blocks.hpp); the bn_ kernels in batch_norm.cpp.
     XGRAD_KERNEL_LIST(XGRAD_DECLARE_KERNEL)

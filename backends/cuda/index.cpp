@@ -1,5 +1,6 @@
-// Index kernels of the CUDA backend: one_hot, max pooling (the window maximum and its position), and the
-// adjoint pair take / put_add, with the contracts of backends/common/kernel_list.hpp.
+// Index kernels of the CUDA backend: one_hot, max pooling (the window maximum and its position,
+// and the gradient that puts each window's term back there), and the adjoint pair take /
+// put_add, with the contracts of backends/common/kernel_list.hpp.
 //
 // Why they are built this way:
 // - take, put_add and one_hot first find the first bad index on the device, as a min-reduction
@@ -134,38 +135,58 @@ namespace xgrad::cuda
                 first = last;
         }
 
+        /// An [n, c, a, b] array's dimensions in decreasing stride order, with their extents:
+        /// one index per element, consecutive indices at neighbouring addresses (NCHW: b
+        /// innermost; NHWC: c innermost).
+        struct walk4
+        {
+            strides4 ext, dim;
+        };
+
+        walk4 walk_order(const strides4& s, const std::int64_t (&extents)[4])
+        {
+            int order[4] = {0, 1, 2, 3};
+            for (int k = 1; k < 4; ++k)
+                for (int j = k; j > 0 && s.s[order[j - 1]] < s.s[order[j]]; --j)
+                {
+                    const int t = order[j];
+                    order[j] = order[j - 1];
+                    order[j - 1] = t;
+                }
+            walk4 w{};
+            for (int k = 0; k < 4; ++k)
+            {
+                w.ext.s[k] = extents[order[k]];
+                w.dim.s[k] = order[k];
+            }
+            return w;
+        }
+
+        /// The (n, c, a, b) coordinates of index i of the walk.
+        XGRAD_HOST_DEVICE inline void coordinates(std::int64_t i, const walk4& w, std::int64_t (&ix)[4])
+        {
+            for (int k = 3; k > 0; --k)
+            {
+                const std::int64_t q = i / w.ext.s[k];
+                ix[w.dim.s[k]] = i - q * w.ext.s[k];
+                i = q;
+            }
+            ix[w.dim.s[0]] = i;
+        }
+
         template <class T>
         void max_pool_typed(void* values, const strides4 os, std::int64_t* idx, const strides4 is, const void* x,
                             const strides4 xs, const window2d_dims d)
         {
             using E = detail::element<T>;
             using S = typename E::compute_type; // compared in float, or double for float64
-            // Walk idx in the order of its strides (NCHW: ow innermost; NHWC: c innermost).
-            int order[4] = {0, 1, 2, 3};
-            for (int k = 1; k < 4; ++k)
-                for (int j = k; j > 0 && is.s[order[j - 1]] < is.s[order[j]]; --j)
-                {
-                    const int t = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = t;
-                }
-            const std::int64_t all_ext[4] = {d.n, d.c, d.oh, d.ow};
-            strides4 ext{}, dim{};
-            for (int k = 0; k < 4; ++k)
-            {
-                ext.s[k] = all_ext[order[k]];
-                dim.s[k] = order[k];
-            }
+            // Walk idx in the order of its strides.
+            const std::int64_t extents[4] = {d.n, d.c, d.oh, d.ow};
+            const walk4 walk = walk_order(is, extents);
             const std::int64_t numel = d.n * d.c * d.oh * d.ow;
             detail::for_each_index(numel, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
                 std::int64_t ix[4]; // n, c, oh, ow
-                for (int k = 3; k > 0; --k)
-                {
-                    const std::int64_t q = i / ext.s[k];
-                    ix[dim.s[k]] = i - q * ext.s[k];
-                    i = q;
-                }
-                ix[dim.s[0]] = i;
+                coordinates(i, walk, ix);
                 std::int64_t i0, i1, j0, j1;
                 inside_taps(ix[2], d.sh, d.ph, d.dh, d.kh, d.h, i0, i1);
                 inside_taps(ix[3], d.sw, d.pw, d.dw, d.kw, d.w, j0, j1);
@@ -246,17 +267,27 @@ namespace xgrad::cuda
 
     namespace
     {
-        /// put_add's distinct case: out = 0, then out[idx[i]] = 0 + g[i] (summed in the same
-        /// type as sum_runs, so the bits are its).
+        /// max_pool2d_grad: one index per dx element, in dx's memory order; each element finds
+        /// the one window that may read it and takes that window's term when the window chose
+        /// it (0 + g, in put_add's sum type, so the bits are put_add's).
         template <class T>
-        void scatter_distinct(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, std::int64_t n)
+        void max_pool_grad_typed(void* dx, const strides4 xs, const void* g, const strides4 gs, const std::int64_t* idx,
+                                 const strides4 is, const window2d_dims d)
         {
             using E = detail::element<T>;
             using A = typename sum_type<T>::type;
-            detail::for_each_index(out_numel, [=] XGRAD_HOST_DEVICE(std::int64_t o) { E::store(out, o, A(0)); });
-            detail::for_each_index(n, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
-                const A v = E::load(g, i);
-                E::store(out, idx[i], A(0) + v);
+            const std::int64_t extents[4] = {d.n, d.c, d.h, d.w};
+            const walk4 walk = walk_order(xs, extents);
+            detail::for_each_index(d.n * d.c * d.h * d.w, [=] XGRAD_HOST_DEVICE(std::int64_t i) {
+                std::int64_t ix[4]; // n, c, h, w
+                coordinates(i, walk, ix);
+                const std::int64_t at = ix[0] * xs.s[0] + ix[1] * xs.s[1] + ix[2] * xs.s[2] + ix[3] * xs.s[3];
+                const std::int64_t oh = kernels::disjoint_window_of(ix[2], d.sh, d.ph, d.dh, d.kh, d.oh);
+                const std::int64_t ow = kernels::disjoint_window_of(ix[3], d.sw, d.pw, d.dw, d.kw, d.ow);
+                A v = A(0);
+                if (oh >= 0 && ow >= 0 && idx[ix[0] * is.s[0] + ix[1] * is.s[1] + oh * is.s[2] + ow * is.s[3]] == at)
+                    v = A(0) + E::load(g, ix[0] * gs.s[0] + ix[1] * gs.s[1] + oh * gs.s[2] + ow * gs.s[3]);
+                E::store(dx, at, v);
             });
         }
     }
@@ -294,6 +325,27 @@ namespace xgrad::cuda
         throw xgrad::invalid_argument("cuda::max_pool2d: the dtype must be floating point");
     }
 
+    void max_pool2d_grad(void* dx, const std::int64_t* dx_strides, const void* g, const std::int64_t* g_strides,
+                         const std::int64_t* idx, const std::int64_t* idx_strides, dtype dt,
+                         const kernels::window2d_dims& d)
+    {
+        // No element, nothing to write (and n * c * h * w is then a product that may overflow).
+        if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0)
+            return;
+        const strides4 xs{{dx_strides[0], dx_strides[1], dx_strides[2], dx_strides[3]}};
+        const strides4 gs{{g_strides[0], g_strides[1], g_strides[2], g_strides[3]}};
+        const strides4 is{{idx_strides[0], idx_strides[1], idx_strides[2], idx_strides[3]}};
+        switch (dt)
+        {
+        case dtype::float32: return max_pool_grad_typed<float>(dx, xs, g, gs, idx, is, d);
+        case dtype::float64: return max_pool_grad_typed<double>(dx, xs, g, gs, idx, is, d);
+        case dtype::float16: return max_pool_grad_typed<float16_t>(dx, xs, g, gs, idx, is, d);
+        case dtype::bfloat16: return max_pool_grad_typed<bfloat16_t>(dx, xs, g, gs, idx, is, d);
+        case dtype::int64: break;
+        }
+        throw xgrad::invalid_argument("cuda::max_pool2d_grad: the dtype must be floating point");
+    }
+
     std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)
     {
         const std::int64_t bad = first_bad(idx, n, x_numel);
@@ -307,26 +359,13 @@ namespace xgrad::cuda
     }
 
     std::int64_t put_add(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
-                         std::int64_t n, bool distinct)
+                         std::int64_t n)
     {
         const std::int64_t bad = first_bad(idx, n, out_numel);
         if (bad >= 0)
             return bad;
         if (out_numel <= 0)
             return -1;
-        if (distinct)
-        {
-            // At most one term per element: zero, then scatter, with no sort.
-            switch (dt)
-            {
-            case dtype::float32: scatter_distinct<float>(out, out_numel, g, idx, n); break;
-            case dtype::float64: scatter_distinct<double>(out, out_numel, g, idx, n); break;
-            case dtype::float16: scatter_distinct<float16_t>(out, out_numel, g, idx, n); break;
-            case dtype::bfloat16: scatter_distinct<bfloat16_t>(out, out_numel, g, idx, n); break;
-            case dtype::int64: scatter_distinct<std::int64_t>(out, out_numel, g, idx, n); break;
-            }
-            return -1;
-        }
         const std::size_t bytes = checked_bytes(n > 0 ? n : 1, sizeof(std::int64_t), "cuda put_add: sort keys");
         detail::device_buffer keys_buf(bytes), pos_buf(bytes);
         std::int64_t* keys = keys_buf.as<std::int64_t>();

@@ -21,10 +21,6 @@ namespace xgrad::detail
     /// x copied into new contiguous storage (even when x is contiguous), for outputs that must
     /// not alias their inputs and for buffers written in place. Not recorded.
     tensor copy_of(const tensor& x);
-    /// put_add (xgrad/ops/index.hpp) for positions the caller knows to be distinct (max
-    /// pooling over windows that do not overlap): the same result and recorded node, with the
-    /// scatter spread over the threads. A repeated position is the caller's bug (a data race).
-    tensor put_add_distinct(const tensor& g, const tensor& idx, const shape_type& shape);
     /// Resolves a possibly negative dim against ndim; throws naming `what` and the shape.
     std::int64_t normalize_dim(std::int64_t d, std::int64_t ndim, const char* what, const shape_type& shape);
     /// Throws std::invalid_argument unless x is defined and floating point.

@@ -187,6 +187,7 @@ namespace gradcheck_cases
         {"conv2d (NCHW)",      {{2, 2, 5, 5}, {3, 2, 3, 3}, {3}}, domain::any, F(conv2d(x[0], x[1], x[2], conv2d_params{{2, 1}, {1, 1}, {1, 2}, 1}))},
         {"conv2d (NHWC, groups)", {{2, 5, 4, 4}, {4, 2, 2, 3}, {4}}, domain::any, F(conv2d(x[0], x[1], x[2], conv2d_params{{1, 2}, {1, 1}, {2, 1}, 2}, "NHWC"))},
         {"max_pool2d",         {{2, 2, 5, 6}},          domain::any,      F(max_pool2d(x[0], pool2d_params{{3, 3}, std::array<std::int64_t, 2>{2, 2}, {1, 1}, {1, 1}, true}))},
+        {"max_pool2d (disjoint windows, NHWC)", {{2, 7, 6, 2}}, domain::any, F(max_pool2d(x[0], pool2d_params{{2, 3}, std::array<std::int64_t, 2>{3, 3}, {1, 1}, {1, 1}, true}, "NHWC"))},
         {"avg_pool2d",         {{2, 5, 6, 2}},          domain::any,      F(avg_pool2d(x[0], pool2d_params{{3, 2}, std::array<std::int64_t, 2>{1, 2}, {1, 1}, {1, 1}, false}, "NHWC"))},
         {"adaptive_avg_pool2d", {{2, 2, 7, 5}},         domain::any,      F(adaptive_avg_pool2d(x[0], {3, 2}))},
         {"fused_batch_norm_relu (training, NCHW)",  {{2, 3, 2, 2}, {3}, {3}}, domain::any, F(bn_relu(x, "NCHW", true)),  bn_away_from_kink("NCHW", true, false)},

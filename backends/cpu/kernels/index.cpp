@@ -250,6 +250,91 @@ namespace xgrad::cpu
         });
     }
 
+    void max_pool2d_grad(void* dx, const std::int64_t* dx_strides, const void* g, const std::int64_t* g_strides,
+                         const std::int64_t* idx, const std::int64_t* idx_strides, dtype dt,
+                         const kernels::window2d_dims& d)
+    {
+        if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0)
+            return;
+        // The window (or -1) that reads each input row and column: a function of the row or
+        // column alone, found once here (tables sized by the input, which exists).
+        std::vector<std::int64_t> window_row(static_cast<std::size_t>(d.h)), window_col(static_cast<std::size_t>(d.w));
+        for (std::int64_t h = 0; h < d.h; ++h)
+            window_row[static_cast<std::size_t>(h)] = kernels::disjoint_window_of(h, d.sh, d.ph, d.dh, d.kh, d.oh);
+        for (std::int64_t w = 0; w < d.w; ++w)
+            window_col[static_cast<std::size_t>(w)] = kernels::disjoint_window_of(w, d.sw, d.pw, d.dw, d.kw, d.ow);
+        const std::int64_t *xs = dx_strides, *gs = g_strides, *is = idx_strides;
+        // dx is written once, in its own memory order, one (n, h) row (channels-last) or one
+        // (n, c, h) row (channels first) per work item: each item writes only its own elements,
+        // and each element is a selection, so the result does not depend on the thread count.
+        const bool channels_last = xs[1] < xs[3];
+        detail::visit_with_stats(dt, [&](auto tag, auto stats) {
+            using T = decltype(tag);
+            using S = decltype(stats);
+            T* out = static_cast<T*>(dx);
+            const T* gp = static_cast<const T*>(g);
+            const T zero = detail::convert<T>(S(0));
+            // The element at (n, c, h, w), whose window is (oh, ow) (both >= 0).
+            const auto chosen = [&](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t oh,
+                                    std::int64_t ow) {
+                const std::int64_t at = n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3];
+                const std::int64_t win = n * is[0] + c * is[1] + oh * is[2] + ow * is[3];
+                return idx[win] == at
+                           ? detail::convert<T>(S(0) +
+                                                detail::widen<S>(gp[n * gs[0] + c * gs[1] + oh * gs[2] + ow * gs[3]]))
+                           : zero;
+            };
+            if (channels_last)
+            {
+#ifndef XGRAD_CPU_SCALAR_ONLY // an XGRAD_SIMD=scalar build has no SIMD functors
+                const bool runs = std::is_same_v<T, S> && xs[1] == 1 && gs[1] == 1 && is[1] == 1;
+#else
+                const bool runs = false;
+#endif
+                parallel_for(
+                    0, d.n * d.h, std::max<std::int64_t>(1, grain / (d.w * d.c)), [&](std::int64_t b, std::int64_t e) {
+                        for (std::int64_t q = b; q < e; ++q)
+                        {
+                            const std::int64_t n = q / d.h, h = q % d.h;
+                            const std::int64_t oh = window_row[static_cast<std::size_t>(h)];
+                            for (std::int64_t w = 0; w < d.w; ++w)
+                            {
+                                const std::int64_t ow = window_col[static_cast<std::size_t>(w)];
+                                T* row = out + n * xs[0] + h * xs[2] + w * xs[3];
+                                if (oh < 0 || ow < 0)
+                                    for (std::int64_t c = 0; c < d.c; ++c)
+                                        row[c * xs[1]] = zero;
+#ifndef XGRAD_CPU_SCALAR_ONLY
+                                else if (runs)
+                                    simd_call<simd::max_pool_grad_run_fn>(row, gp + n * gs[0] + oh * gs[2] + ow * gs[3],
+                                                                          idx + n * is[0] + oh * is[2] + ow * is[3],
+                                                                          n * xs[0] + h * xs[2] + w * xs[3], d.c);
+#endif
+                                else
+                                    for (std::int64_t c = 0; c < d.c; ++c)
+                                        row[c * xs[1]] = chosen(n, c, h, w, oh, ow);
+                            }
+                        }
+                    });
+                return;
+            }
+            parallel_for(0, d.n * d.c * d.h, std::max<std::int64_t>(1, grain / d.w),
+                         [&](std::int64_t b, std::int64_t e) {
+                             for (std::int64_t q = b; q < e; ++q)
+                             {
+                                 const std::int64_t h = q % d.h, nc = q / d.h, n = nc / d.c, c = nc % d.c;
+                                 const std::int64_t oh = window_row[static_cast<std::size_t>(h)];
+                                 T* row = out + n * xs[0] + c * xs[1] + h * xs[2];
+                                 for (std::int64_t w = 0; w < d.w; ++w)
+                                 {
+                                     const std::int64_t ow = window_col[static_cast<std::size_t>(w)];
+                                     row[w * xs[3]] = oh < 0 || ow < 0 ? zero : chosen(n, c, h, w, oh, ow);
+                                 }
+                             }
+                         });
+        });
+    }
+
     std::int64_t take(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt, std::int64_t n)
     {
         if (const std::int64_t bad = first_bad_position(idx, n, x_numel); bad >= 0)
@@ -267,7 +352,7 @@ namespace xgrad::cpu
     }
 
     std::int64_t put_add(void* out, std::int64_t out_numel, const void* g, const std::int64_t* idx, dtype dt,
-                         std::int64_t n, bool distinct)
+                         std::int64_t n)
     {
         if (const std::int64_t bad = first_bad_position(idx, n, out_numel); bad >= 0)
             return bad;
@@ -276,20 +361,6 @@ namespace xgrad::cpu
             using S = decltype(stats);
             T* o = static_cast<T*>(out);
             const T* gp = static_cast<const T*>(g);
-            if (distinct)
-            {
-                // One term per element at most: the zero fill and the scatter both split over
-                // the threads. Each term is still added to the zero (0 + -0 is +0, as in the
-                // serial sum), and a 16-bit one rounds back exactly.
-                parallel_for(0, out_numel, grain, [&](std::int64_t b, std::int64_t e) {
-                    std::fill(o + b, o + e, detail::convert<T>(S(0)));
-                });
-                parallel_for(0, n, grain, [&](std::int64_t b, std::int64_t e) {
-                    for (std::int64_t i = b; i < e; ++i)
-                        o[idx[i]] = detail::convert<T>(S(0) + detail::convert<S>(gp[i]));
-                });
-                return;
-            }
             // The scatter is serial, in index order, so that colliding indices (overlapping
             // windows) always add in the same order; the zero fill before it, which writes
             // every output element (four times the scatter's for a 2x2 pool), is split over

@@ -107,6 +107,17 @@ namespace xgrad::cpu::simd
                         std::int64_t base, std::int64_t n) const noexcept;
     };
 
+    /// Max pooling's gradient along a contiguous run of n channels (channels-last) at one input
+    /// position that a window reads (the kernel max_pool2d_grad's common case): dx[j] = 0 +
+    /// g[j] where idx[j] == pos + j (that window chose this position for channel j), +0
+    /// otherwise. ASSIGNS dx.
+    struct max_pool_grad_run_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* dx, const T* g, const std::int64_t* idx, std::int64_t pos,
+                        std::int64_t n) const noexcept;
+    };
+
     /// The kernel sgd_step (backends/common/kernel_list.hpp) on n contiguous elements of the
     /// compute type T, with its null-pointer conventions; simd/optim_impl.hpp.
     struct sgd_step_fn
@@ -158,7 +169,9 @@ namespace xgrad::cpu::simd
         const noexcept;                                                                                                \
     EXTERN template void xgrad::cpu::simd::max_pool_taps_fn::operator()<ARCH, T>(                                      \
         ARCH, T*, std::int64_t*, const T*, const std::int64_t*, std::int64_t, std::int64_t, std::int64_t)              \
-        const noexcept;
+        const noexcept;                                                                                                \
+    EXTERN template void xgrad::cpu::simd::max_pool_grad_run_fn::operator()<ARCH, T>(                                  \
+        ARCH, T*, const T*, const std::int64_t*, std::int64_t, std::int64_t) const noexcept;
 
 #define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \
     XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                               \

@@ -468,4 +468,14 @@ namespace xgrad::cpu::simd
         for (std::int64_t j = 0; j < n; ++j)
             idx[j] += base + j;
     }
+
+    template <class Arch, class T>
+    void max_pool_grad_run_fn::operator()(Arch, T* dx, const T* g, const std::int64_t* idx, std::int64_t pos,
+                                          std::int64_t n) const noexcept
+    {
+        // A plain loop that the compiler vectorises at each level (a 64-bit compare selecting
+        // between the term and zero); 0 + g keeps put_add's sum, which turns -0 into +0.
+        for (std::int64_t j = 0; j < n; ++j)
+            dx[j] = idx[j] == pos + j ? T(0) + g[j] : T(0);
+    }
 }

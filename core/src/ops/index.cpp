@@ -57,37 +57,22 @@ namespace xgrad
         return out;
     }
 
-    namespace
-    {
-        tensor put_add_impl(const tensor& g, const tensor& idx, const shape_type& shape, bool distinct)
-        {
-            check_args(idx, g, "put_add");
-            if (g.shape() != idx.shape())
-                throw xgrad::invalid_argument("put_add: g of shape " + shape_to_string(g.shape()) +
-                                              " and idx of shape " + shape_to_string(idx.shape()) + " must match");
-            const tensor gc = detail::raw_contiguous(g), ic = detail::raw_contiguous(idx);
-            tensor out = detail::empty(shape, g.dtype(), g.device());
-            const std::int64_t bad = detail::backend_for(g.device())
-                                         .put_add(out.data_ptr(), out.numel(), gc.data_ptr(), ic.data<std::int64_t>(),
-                                                  g.dtype(), ic.numel(), distinct);
-            if (bad >= 0)
-                bad_position("put_add", idx, bad, out.numel());
-            record("put_add", {g}, {out}, [ic](function_node&, const std::vector<tensor>& gg) {
-                return std::vector<tensor>{take(gg[0], ic)};
-            });
-            return out;
-        }
-    }
-
     tensor put_add(const tensor& g, const tensor& idx, const shape_type& shape)
     {
         XGRAD_PROFILE_OP("put_add");
-        return put_add_impl(g, idx, shape, false);
-    }
-
-    tensor detail::put_add_distinct(const tensor& g, const tensor& idx, const shape_type& shape)
-    {
-        XGRAD_PROFILE_OP("put_add");
-        return put_add_impl(g, idx, shape, true);
+        check_args(idx, g, "put_add");
+        if (g.shape() != idx.shape())
+            throw xgrad::invalid_argument("put_add: g of shape " + shape_to_string(g.shape()) + " and idx of shape " +
+                                          shape_to_string(idx.shape()) + " must match");
+        const tensor gc = detail::raw_contiguous(g), ic = detail::raw_contiguous(idx);
+        tensor out = detail::empty(shape, g.dtype(), g.device());
+        const std::int64_t bad = detail::backend_for(g.device())
+                                     .put_add(out.data_ptr(), out.numel(), gc.data_ptr(), ic.data<std::int64_t>(),
+                                              g.dtype(), ic.numel());
+        if (bad >= 0)
+            bad_position("put_add", idx, bad, out.numel());
+        record("put_add", {g}, {out},
+               [ic](function_node&, const std::vector<tensor>& gg) { return std::vector<tensor>{take(gg[0], ic)}; });
+        return out;
     }
 }

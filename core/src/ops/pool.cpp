@@ -9,8 +9,9 @@
 //         -> [N, OH, OW, C].
 // max_pool2d picks each window's maximum and its position with one kernel pass (padding never
 // wins) and records the result as take(x, positions), whose gradient is put_add (and put_add's
-// is take); the padding rule (at most half the kernel) plus an explicit check that every window
-// reaches the input keep a window from being all padding. avg_pool2d with count_include_pad =
+// is take); over windows that do not overlap, the kernel max_pool2d_grad writes put_add's
+// result in one pass over the input. The padding rule (at most half the kernel) plus an
+// explicit check that every window reaches the input keep a window from being all padding. avg_pool2d with count_include_pad =
 // false divides the window sums by the number of taps inside the input, a constant map
 // obtained by unfolding ones (computed without recording). adaptive_avg_pool2d is avg_pool2d
 // when the cells tile the input evenly; otherwise it averages each axis separately, cell by
@@ -174,6 +175,30 @@ namespace xgrad
         }
     }
 
+    namespace
+    {
+        /// put_add(g, idx, shape) for max pooling over disjoint windows d, idx as max_pool2d
+        /// wrote it for a contiguous x of `shape` (its values and bits), written by the kernel
+        /// max_pool2d_grad in one pass over the input instead of a zero fill and a scatter.
+        /// Linear in g with put_add's matrix, so its gradient is put_add's, take.
+        tensor windows_grad(const tensor& g, const tensor& idx, const shape_type& shape, bool channels_last,
+                            const kernels::window2d_dims& d)
+        {
+            XGRAD_PROFILE_OP("max_pool2d_grad");
+            tensor dx = detail::empty(shape, g.dtype(), g.device());
+            const auto xs = detail::image_strides(dx.strides(), channels_last);
+            const auto gs = detail::image_strides(g.strides(), channels_last);
+            const auto is = detail::image_strides(idx.strides(), channels_last);
+            detail::backend_for(g.device())
+                .max_pool2d_grad(dx.data_ptr(), xs.data(), g.data_ptr(), gs.data(), idx.data<std::int64_t>(), is.data(),
+                                 g.dtype(), d);
+            record("max_pool2d_grad", {g}, {dx}, [idx](function_node&, const std::vector<tensor>& gg) {
+                return std::vector<tensor>{take(gg[0], idx)};
+            });
+            return dx;
+        }
+    }
+
     tensor max_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
     {
         XGRAD_PROFILE_OP("max_pool2d");
@@ -188,11 +213,11 @@ namespace xgrad
                                                      : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
         tensor idx = detail::empty(out_shape, dtype::int64, x.device());
         tensor out = detail::empty(out_shape, x.dtype(), x.device());
+        const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
         // No window, no kernel call: its per-row and per-column scratch is sized by the output
         // extents, which an empty batch or channel axis leaves unbounded.
         if (idx.numel() != 0)
         {
-            const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
             const auto xs = detail::image_strides(xc.strides(), s.channels_last);
             const auto is = detail::image_strides(idx.strides(), s.channels_last);
             const auto os = detail::image_strides(out.strides(), s.channels_last);
@@ -200,16 +225,16 @@ namespace xgrad
                 .max_pool2d(out.data_ptr(), os.data(), idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(),
                             x.dtype(), d);
         }
-        // Windows that do not overlap (each stride at least the window's extent, the usual
-        // 2x2 / stride 2) select distinct positions, whose scatter needs no fixed order.
-        const auto& w = s.window;
-        const bool disjoint = w.stride[0] >= (w.kernel[0] - 1) * w.dilation[0] + 1 &&
-                              w.stride[1] >= (w.kernel[1] - 1) * w.dilation[1] + 1;
-        record("max_pool2d", {xc}, {out},
-               [idx, disjoint, shape = xc.shape()](function_node&, const std::vector<tensor>& g) {
-                   return std::vector<tensor>{disjoint ? detail::put_add_distinct(g[0], idx, shape)
-                                                       : put_add(g[0], idx, shape)};
-               });
+        // Windows that do not overlap (the usual 2x2 / stride 2) choose distinct positions, and
+        // every input element is read by one window at most: the scatter is then one pass over
+        // the input that writes each element once (windows_grad, above).
+        const bool disjoint = kernels::windows_disjoint(d);
+        record(
+            "max_pool2d", {xc}, {out},
+            [idx, disjoint, d, cl = s.channels_last, shape = xc.shape()](function_node&, const std::vector<tensor>& g) {
+                return std::vector<tensor>{disjoint ? windows_grad(g[0], idx, shape, cl, d)
+                                                    : put_add(g[0], idx, shape)};
+            });
         return out;
     }
 

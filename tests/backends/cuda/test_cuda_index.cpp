@@ -293,6 +293,44 @@ TEST_CASE("cuda index kernels: max_pool2d picks the CPU's maxima and positions (
     }
 }
 
+TEST_CASE("cuda index kernels: max_pool2d_grad writes the CPU's bits over disjoint windows")
+{
+    // Random windows that do not overlap (the kernel's precondition), dx in NCHW, NHWC and a
+    // random layout with gaps (storage outside the view must keep its NaN), g in a random
+    // layout, positions as max_pool2d writes them for an x of dx's strides; -0 terms in g.
+    std::mt19937_64 gen(91);
+    int cases = 0;
+    while (cases < 12)
+    {
+        const window2d_dims d = random_window(gen, cases % 4 == 0);
+        if (!windows_reach_input(d) || !xgrad::kernels::windows_disjoint(d))
+            continue;
+        ++cases;
+        const std::vector<std::int64_t> out_shape = {d.n, d.c, d.oh, d.ow};
+        for (const dtype dt : float_dtypes)
+            for (const layout& xl : image_layouts(d, gen, false))
+            {
+                const layout il = random_layout(out_shape, gen), gl = random_layout(out_shape, gen);
+                INFO(describe(d), " dtype ", name(dt), " dx ", xl.name);
+                const tensor x = tie_values(xl.storage, dt, gen, 0.0);
+                tensor idx = filled(il.storage, -7, dtype::int64), maxima = filled(il.storage, -7, dt);
+                cpu_kernels().max_pool2d(maxima.data_ptr(), il.strides.data(), idx.data<std::int64_t>(),
+                                         il.strides.data(), x.data_ptr(), xl.strides.data(), dt, d);
+                std::vector<double> gv = to_vector(random_cpu({gl.storage}, dtype::float64, gen()));
+                for (double& e : gv)
+                    e = gen() % 5 == 0 ? -0.0 : e;
+                const tensor g = from_host(gv.data(), {gl.storage}, dtype::float64).to(dt);
+                tensor want = filled(xl.storage, nan_value, dt);
+                const tensor got = filled(xl.storage, nan_value, dt).to(gpu), gd = g.to(gpu), idxd = idx.to(gpu);
+                cpu_kernels().max_pool2d_grad(want.data_ptr(), xl.strides.data(), g.data_ptr(), gl.strides.data(),
+                                              idx.data<std::int64_t>(), il.strides.data(), dt, d);
+                dev_kernels().max_pool2d_grad(got.data_ptr(), xl.strides.data(), gd.data_ptr(), gl.strides.data(),
+                                              idxd.data<std::int64_t>(), il.strides.data(), dt, d);
+                check_same_bits(want, got, "max_pool2d_grad");
+            }
+    }
+}
+
 TEST_CASE("cuda index kernels: take, put_add and one_hot match the CPU, including the first bad index")
 {
     std::mt19937_64 gen(31);
@@ -329,36 +367,14 @@ TEST_CASE("cuda index kernels: take, put_add and one_hot match the CPU, includin
                 const tensor gt = g.to(dt), gd = gt.to(gpu);
                 tensor pwant = filled(out_numel, nan_value, dt);
                 const tensor pgot = filled(out_numel, nan_value, dt).to(gpu);
-                CHECK(cpu_kernels().put_add(pwant.data_ptr(), out_numel, gt.data_ptr(), pt.data<std::int64_t>(), dt, n,
-                                            false) == -1);
-                CHECK(dev_kernels().put_add(pgot.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt, n,
-                                            false) == -1);
+                CHECK(cpu_kernels().put_add(pwant.data_ptr(), out_numel, gt.data_ptr(), pt.data<std::int64_t>(), dt,
+                                            n) == -1);
+                CHECK(dev_kernels().put_add(pgot.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt,
+                                            n) == -1);
                 check_same_bits(pwant, pgot, "put_add");
                 const tensor again = filled(out_numel, nan_value, dt).to(gpu);
-                dev_kernels().put_add(again.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt, n,
-                                      false);
+                dev_kernels().put_add(again.data_ptr(), out_numel, gd.data_ptr(), ptd.data<std::int64_t>(), dt, n);
                 check_same_bits(pgot, again, "put_add twice");
-
-                // Distinct positions (a shuffled prefix of 0..out-1, with gaps), the scatter
-                // with no sort: the bits of the CPU's ordered sum, negative zeros included.
-                const std::int64_t spread = n + pick(gen, 1, 40);
-                std::vector<std::int64_t> perm(static_cast<std::size_t>(spread));
-                for (std::size_t i = 0; i < perm.size(); ++i)
-                    perm[i] = static_cast<std::int64_t>(i);
-                std::shuffle(perm.begin(), perm.end(), gen);
-                perm.resize(static_cast<std::size_t>(n));
-                const tensor dt_pos = int64_tensor(perm), dd_pos = dt_pos.to(gpu);
-                std::vector<double> gv = to_vector(g);
-                for (std::size_t i = 0; i < gv.size(); i += 3)
-                    gv[i] = -0.0;
-                const tensor gz = from_host(gv.data(), {n}, dtype::float64).to(dt);
-                tensor dwant = filled(spread, nan_value, dt);
-                const tensor dgot = filled(spread, nan_value, dt).to(gpu);
-                CHECK(cpu_kernels().put_add(dwant.data_ptr(), spread, gz.data_ptr(), dt_pos.data<std::int64_t>(), dt, n,
-                                            false) == -1);
-                CHECK(dev_kernels().put_add(dgot.data_ptr(), spread, gz.to(gpu).data_ptr(), dd_pos.data<std::int64_t>(),
-                                            dt, n, true) == -1);
-                check_same_bits(dwant, dgot, "put_add distinct");
             }
 
             // one_hot
@@ -394,9 +410,8 @@ TEST_CASE("cuda index kernels: take, put_add and one_hot match the CPU, includin
                 {
                     const tensor g = random_cpu({n}, dt, 6).to(gpu);
                     const tensor out = filled(x_numel, 0, dt).to(gpu);
-                    for (const bool distinct : {false, true})
-                        CHECK(dev_kernels().put_add(out.data_ptr(), x_numel, g.data_ptr(), btd.data<std::int64_t>(), dt,
-                                                    n, distinct) == first);
+                    CHECK(dev_kernels().put_add(out.data_ptr(), x_numel, g.data_ptr(), btd.data<std::int64_t>(), dt,
+                                                n) == first);
                 }
                 const std::int64_t rows_b = std::min<std::int64_t>(n, 3 * x_numel);
                 const tensor out = filled(rows_b * x_numel, 0, dt).to(gpu);

@@ -224,8 +224,13 @@ TEST_CASE("pool gradients of the first and second order, both layouts")
         const std::vector<tensor> x = leaves({xi.shape()}, 100);
         const pool2d_params overlap = pool({3, 2}, pair{2, 1}, {1, 1}, {1, 2});
         const pool2d_params exclude = pool({3, 3}, pair{2, 2}, {1, 1}, {1, 1}, false);
-        check_grads(
-            [&](const std::vector<tensor>& a) { return std::vector<tensor>{max_pool2d(a[0], overlap, fmt(cl))}; }, x);
+        // Windows that do not overlap take their own backward kernel (max_pool2d_grad): ones
+        // that tile the input, and ones with gaps, padding and a column past the last window.
+        const pool2d_params tile = pool({2, 2});
+        const pool2d_params gaps = pool({2, 3}, pair{3, 3}, {1, 1});
+        for (const pool2d_params* p : {&overlap, &tile, &gaps})
+            check_grads(
+                [&](const std::vector<tensor>& a) { return std::vector<tensor>{max_pool2d(a[0], *p, fmt(cl))}; }, x);
         check_grads(
             [&](const std::vector<tensor>& a) { return std::vector<tensor>{avg_pool2d(a[0], overlap, fmt(cl))}; }, x);
         check_grads(

@@ -65,12 +65,8 @@ TEST_CASE("index kernels assign every output element (pre-filled outputs)")
     const float x[4] = {1, 2, 3, 4};
     const std::int64_t idx[3] = {3, 3, 1};
     std::vector<float> out(4, nan);
-    CHECK(cpu::put_add(out.data(), 4, x, idx, dtype::float32, 3, false) == -1);
+    CHECK(cpu::put_add(out.data(), 4, x, idx, dtype::float32, 3) == -1);
     CHECK(out == std::vector<float>{0, 3, 0, 3});
-    const std::int64_t distinct_idx[3] = {3, 0, 1};
-    std::fill(out.begin(), out.end(), nan);
-    CHECK(cpu::put_add(out.data(), 4, x, distinct_idx, dtype::float32, 3, true) == -1);
-    CHECK(out == std::vector<float>{2, 3, 0, 1});
     std::vector<float> gathered(3, nan);
     CHECK(cpu::take(gathered.data(), x, 4, idx, dtype::float32, 3) == -1);
     CHECK(gathered == std::vector<float>{4, 4, 2});
@@ -91,7 +87,7 @@ TEST_CASE("index kernels assign every output element (pre-filled outputs)")
     CHECK(maxima == std::vector<float>{7, 9, 8, 9});
 }
 
-TEST_CASE("put_add with distinct positions: the ordered sum's bits at every thread count, and the first bad index")
+TEST_CASE("put_add and take at every thread count: the same bits, and the first bad index")
 {
     const int saved = get_num_threads();
     std::mt19937_64 gen(5);
@@ -114,16 +110,25 @@ TEST_CASE("put_add with distinct positions: the ordered sum's bits at every thre
         const std::size_t bytes = static_cast<std::size_t>(out_numel) * itemsize(dt);
         set_num_threads(1);
         std::vector<unsigned char> want(bytes, 0xff);
-        CHECK(cpu::put_add(want.data(), out_numel, g.data_ptr(), pos.data(), dt, n, false) == -1);
-        for (const int threads : {1, 2, 3})
+        CHECK(cpu::put_add(want.data(), out_numel, g.data_ptr(), pos.data(), dt, n) == -1);
+        // +0 where no position points, 0 + g[i] (so never -0) at pos[i].
+        const std::vector<double> gv = to_vector(g), wv = to_vector(from_host(want.data(), {out_numel}, dt));
+        std::vector<double> expect(static_cast<std::size_t>(out_numel), 0.0);
+        for (std::size_t i = 0; i < pos.size(); ++i)
+            expect[static_cast<std::size_t>(pos[i])] = 0.0 + gv[i];
+        int wrong = 0;
+        for (std::size_t i = 0; i < expect.size(); ++i)
+            wrong += wv[i] != expect[i] || std::signbit(wv[i]) != std::signbit(expect[i]);
+        CHECK(wrong == 0);
+        for (const int threads : {2, 3})
         {
             set_num_threads(threads);
             std::vector<unsigned char> got(bytes, 0xff); // pre-filled: every element must be assigned
-            CHECK(cpu::put_add(got.data(), out_numel, g.data_ptr(), pos.data(), dt, n, true) == -1);
+            CHECK(cpu::put_add(got.data(), out_numel, g.data_ptr(), pos.data(), dt, n) == -1);
             CHECK_MESSAGE(got == want, "threads ", threads);
         }
     }
-    // Bad positions in several threads' blocks: the first one is reported, in both modes.
+    // Bad positions in several threads' blocks: the first one is reported.
     std::vector<std::int64_t> bad = pos;
     bad[280000] = -1;
     bad[150001] = out_numel;
@@ -133,11 +138,8 @@ TEST_CASE("put_add with distinct positions: the ordered sum's bits at every thre
     for (const int threads : {1, 2, 3})
     {
         set_num_threads(threads);
-        for (const bool distinct : {false, true})
-        {
-            CHECK(cpu::put_add(out.data(), out_numel, g.data(), bad.data(), dtype::float32, n, distinct) == 150001);
-            CHECK(cpu::take(out.data(), src.data(), out_numel, bad.data(), dtype::float32, n) == 150001);
-        }
+        CHECK(cpu::put_add(out.data(), out_numel, g.data(), bad.data(), dtype::float32, n) == 150001);
+        CHECK(cpu::take(out.data(), src.data(), out_numel, bad.data(), dtype::float32, n) == 150001);
     }
     set_num_threads(saved);
 }
@@ -226,6 +228,92 @@ TEST_CASE("max_pool2d kernel: every window shape, layout and SIMD level against 
                         CHECK(wrong == 0);
                     }
     }
+}
+
+TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every layout, SIMD level and thread count")
+{
+    // The op's backward over windows that do not overlap: the kernel must write exactly what the
+    // zero fill plus put_add(g, idx) writes (0 + g at each chosen position, +0 elsewhere, -0
+    // terms included), assigning every element of a NaN-filled dx. The windows cover the
+    // shapes it must get right: windows that tile the input, gaps between windows (stride
+    // beyond the window), padding, dilation, and rows and columns past the last window. g comes
+    // in idx's layout (the vectorised channels-last runs) and in the other one (the general
+    // loop); c = 37 and w = 70 give whole vectors and tails at every level.
+    std::mt19937_64 gen(23);
+    std::uniform_int_distribution<int> value(0, 4);
+    std::normal_distribution<double> normal;
+    struct window
+    {
+        std::int64_t kh, kw, s, p, dil;
+    };
+    struct image
+    {
+        std::int64_t n, c, h, w;
+    };
+    const cpu_kernels_test::settings_guard restore;
+    for (const image im : {image{2, 3, 9, 8}, image{2, 37, 7, 70}})
+        for (const window win : {window{2, 2, 2, 0, 1}, window{2, 2, 2, 1, 1}, window{2, 3, 3, 0, 1},
+                                 window{3, 3, 4, 1, 1}, window{2, 2, 4, 0, 2}, window{1, 1, 2, 0, 1}})
+            for (const bool channels_last : {false, true})
+                for (const bool g_same_layout : {true, false})
+                    for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16})
+                    {
+                        INFO("image ", im.n, "x", im.c, "x", im.h, "x", im.w, " k ", win.kh, "x", win.kw, " s ", win.s,
+                             " p ", win.p, " d ", win.dil, channels_last ? " NHWC" : " NCHW",
+                             g_same_layout ? " g as idx" : " g in the other layout", " ", name(dt));
+                        const std::int64_t n = im.n, c = im.c, h = im.h, w = im.w;
+                        const std::int64_t oh = (h + 2 * win.p - win.dil * (win.kh - 1) - 1) / win.s + 1;
+                        const std::int64_t ow = (w + 2 * win.p - win.dil * (win.kw - 1) - 1) / win.s + 1;
+                        const kernels::window2d_dims d{n,     c,     h,     w,       win.kh,  win.kw, win.s,
+                                                       win.s, win.p, win.p, win.dil, win.dil, oh,     ow};
+                        REQUIRE(kernels::windows_disjoint(d));
+                        // Positions as max_pool2d writes them, over values with ties.
+                        std::vector<float> v(static_cast<std::size_t>(n * c * h * w));
+                        for (float& e : v)
+                            e = static_cast<float>(value(gen));
+                        const tensor x = from_host(v.data(), {static_cast<std::int64_t>(v.size())}, dtype::float32);
+                        const auto strides = [&](std::int64_t rows, std::int64_t cols, bool last) {
+                            return std::vector<std::int64_t>{c * rows * cols, last ? 1 : rows * cols,
+                                                             last ? cols * c : cols, last ? c : 1};
+                        };
+                        const std::vector<std::int64_t> xs = strides(h, w, channels_last),
+                                                        is = strides(oh, ow, channels_last),
+                                                        gs = strides(oh, ow, channels_last == g_same_layout);
+                        const std::int64_t count = n * c * oh * ow, numel = n * c * h * w;
+                        std::vector<std::int64_t> idx(static_cast<std::size_t>(count));
+                        const tensor maxima = full({count}, 0.0, dtype::float32);
+                        cpu::max_pool2d(maxima.data_ptr(), is.data(), idx.data(), is.data(), x.data_ptr(), xs.data(),
+                                        dtype::float32, d);
+                        // g in idx's order (put_add's input) and the same values at gs.
+                        std::vector<double> g_idx(static_cast<std::size_t>(count)),
+                            g_at(static_cast<std::size_t>(count));
+                        for (std::int64_t a = 0; a < n; ++a)
+                            for (std::int64_t b = 0; b < c; ++b)
+                                for (std::int64_t y = 0; y < oh; ++y)
+                                    for (std::int64_t z = 0; z < ow; ++z)
+                                    {
+                                        const double e = gen() % 7 == 0 ? -0.0 : normal(gen);
+                                        g_idx[static_cast<std::size_t>(a * is[0] + b * is[1] + y * is[2] + z * is[3])] =
+                                            e;
+                                        g_at[static_cast<std::size_t>(a * gs[0] + b * gs[1] + y * gs[2] + z * gs[3])] =
+                                            e;
+                                    }
+                        const tensor gi = from_host(g_idx.data(), {count}, dtype::float64).to(dt);
+                        const tensor ga = from_host(g_at.data(), {count}, dtype::float64).to(dt);
+                        const std::size_t bytes = static_cast<std::size_t>(numel) * itemsize(dt);
+                        std::vector<unsigned char> want(bytes, 0xff);
+                        REQUIRE(cpu::put_add(want.data(), numel, gi.data_ptr(), idx.data(), dt, count) == -1);
+                        for (const cpu::simd_level level : cpu_kernels_test::simd_levels())
+                            for (const int threads : {1, 2, 3})
+                            {
+                                cpu::limit_simd_level(level);
+                                set_num_threads(threads);
+                                std::vector<unsigned char> got(bytes, 0xff); // NaN in every dtype
+                                cpu::max_pool2d_grad(got.data(), xs.data(), ga.data_ptr(), gs.data(), idx.data(),
+                                                     is.data(), dt, d);
+                                CHECK_MESSAGE(got == want, cpu_kernels_test::level_name(level), " threads ", threads);
+                            }
+                    }
 }
 
 TEST_CASE("max_pool2d: the first maximum of a window gets the gradient; NaN propagates")
