@@ -14,7 +14,10 @@
 //
 // Max pooling: the 2x2, stride-2 max_pool2d kernel over a [64, 64, 64, 64] float32 image (2^24
 // elements) in NCHW and in NHWC, at each level; it reads x once and writes a quarter as many
-// maxima and int64 positions (1.75 x's bytes in all), against the copy probe.
+// maxima and int64 positions (1.75 x's bytes in all), against the copy probe. Its gradient over
+// those disjoint windows moves the same bytes the other way (g and the positions read, dx
+// written): the max_pool2d_grad kernel at each level, and put_add (a zero fill of dx, then the
+// scatter), which the op ran before that kernel, in the same layouts.
 //
 // GEMM: xgrad's matmul kernel (OpenBLAS, single-threaded calls over xgrad's pool) on the
 // products of the Fashion-MNIST example's training step, in GFLOP/s, against oneDNN's
@@ -216,6 +219,49 @@ namespace
     }
 
     // --- max pooling -----------------------------------------------------------------------
+    /// The 2x2, stride-2 pool over x = d.b viewed as [64, 64, 64, 64] in NCHW or NHWC: x's and
+    /// the outputs' (n, c, h, w) strides, and x filled with values that change the winner from
+    /// window to window (restored to 0.5, which the other cases read, by the destructor).
+    struct pool_case
+    {
+        static constexpr std::int64_t side = 64, half = side / 2; // n = c = h = w = 64
+        std::int64_t xs[4], os[4];
+        kernels::window2d_dims dims{side, side, side, side, 2, 2, 2, 2, 0, 0, 1, 1, half, half};
+        explicit pool_case(bool channels_last)
+            : xs{side * side * side, channels_last ? 1 : side * side, channels_last ? side * side : side,
+                 channels_last ? side : 1},
+              os{side * half * half, channels_last ? 1 : half * half, channels_last ? half * side : half,
+                 channels_last ? side : 1}
+        {
+            for (std::int64_t i = 0; i < n; ++i)
+                data().b[static_cast<std::size_t>(i)] = static_cast<float>((i * 7919) % 1009);
+        }
+        ~pool_case()
+        {
+            for (std::int64_t i = 0; i < n; ++i)
+                data().b[static_cast<std::size_t>(i)] = 0.5f;
+        }
+        pool_case(const pool_case&) = delete;
+        pool_case& operator=(const pool_case&) = delete;
+    };
+    // The pool's outputs (a quarter of x's elements) and the gradient that flows back.
+    std::vector<float>& pooled()
+    {
+        static std::vector<float> v(static_cast<std::size_t>(n / 4));
+        return v;
+    }
+    std::vector<std::int64_t>& positions()
+    {
+        static std::vector<std::int64_t> v(static_cast<std::size_t>(n / 4));
+        return v;
+    }
+    /// x read once; a quarter as many maxima and int64 positions written (or, for the gradient,
+    /// read), and x's elements written.
+    void set_pool_bytes(benchmark::State& state)
+    {
+        state.SetBytesProcessed(state.iterations() * (n * 4 + (n / 4) * (4 + 8)));
+    }
+
     /// range(0): SIMD level; range(1): 0 NCHW, 1 NHWC.
     void xgrad_max_pool2d(benchmark::State& state)
     {
@@ -223,27 +269,37 @@ namespace
         const bool channels_last = state.range(1) == 1;
         state.SetLabel(std::string(cpu::simd_level_name(cpu::simd_level_in_use())) +
                        (channels_last ? " NHWC" : " NCHW"));
-        auto& d = data();
-        constexpr std::int64_t side = 64, half = side / 2; // n = c = h = w = 64
-        static std::vector<float> out(static_cast<std::size_t>(n / 4));
-        static std::vector<std::int64_t> idx(static_cast<std::size_t>(n / 4));
-        // (n, c, h, w) strides of x and of the outputs in either layout.
-        const std::int64_t xs[4] = {side * side * side, channels_last ? 1 : side * side,
-                                    channels_last ? side * side : side, channels_last ? side : 1};
-        const std::int64_t os[4] = {side * half * half, channels_last ? 1 : half * half,
-                                    channels_last ? half * side : half, channels_last ? side : 1};
-        const kernels::window2d_dims dims{side, side, side, side, 2, 2, 2, 2, 0, 0, 1, 1, half, half};
-        // Values that change the winner from window to window.
-        for (std::int64_t i = 0; i < n; ++i)
-            d.b[static_cast<std::size_t>(i)] = static_cast<float>((i * 7919) % 1009);
+        const pool_case pc(channels_last);
         for (auto _ : state)
         {
-            k.max_pool2d(out.data(), os, idx.data(), os, d.b.data(), xs, dtype::float32, dims);
+            k.max_pool2d(pooled().data(), pc.os, positions().data(), pc.os, data().b.data(), pc.xs, dtype::float32,
+                         pc.dims);
             benchmark::ClobberMemory();
         }
-        state.SetBytesProcessed(state.iterations() * (n * 4 + (n / 4) * (4 + 8)));
-        for (std::int64_t i = 0; i < n; ++i) // the other cases read b as 0.5
-            d.b[static_cast<std::size_t>(i)] = 0.5f;
+        set_pool_bytes(state);
+    }
+
+    /// The pool's gradient into dx = d.out: range(0) SIMD level, range(1) layout as above, and
+    /// range(2) 0 for the max_pool2d_grad kernel, 1 for put_add (zero fill and scatter).
+    void xgrad_max_pool2d_grad(benchmark::State& state)
+    {
+        const auto& k = with_level(state);
+        const bool channels_last = state.range(1) == 1, scatter = state.range(2) == 1;
+        state.SetLabel(std::string(cpu::simd_level_name(cpu::simd_level_in_use())) +
+                       (channels_last ? " NHWC" : " NCHW") + (scatter ? " put_add" : " max_pool2d_grad"));
+        const pool_case pc(channels_last);
+        auto& d = data();
+        k.max_pool2d(pooled().data(), pc.os, positions().data(), pc.os, d.b.data(), pc.xs, dtype::float32, pc.dims);
+        for (auto _ : state)
+        {
+            if (scatter)
+                k.put_add(d.out.data(), n, pooled().data(), positions().data(), dtype::float32, n / 4);
+            else
+                k.max_pool2d_grad(d.out.data(), pc.xs, pooled().data(), pc.os, positions().data(), pc.os,
+                                  dtype::float32, pc.dims);
+            benchmark::ClobberMemory();
+        }
+        set_pool_bytes(state);
     }
 
     /// The SIMD levels (1 .. simd_supported(); max_pool2d has no scalar twin) times the two
@@ -253,6 +309,17 @@ namespace
         for (int level = 1; level <= static_cast<int>(cpu::simd_supported()); ++level)
             for (int layout = 0; layout < 2; ++layout)
                 b->Args({level, layout});
+    }
+
+    /// pool_args times the two gradient paths (put_add, which has no SIMD code, at the top
+    /// level only).
+    void pool_grad_args(benchmark::internal::Benchmark* b)
+    {
+        const int top = static_cast<int>(cpu::simd_supported());
+        for (int level = 1; level <= top; ++level)
+            for (int layout = 0; layout < 2; ++layout)
+                for (int scatter = 0; scatter < (level == top ? 2 : 1); ++scatter)
+                    b->Args({level, layout, scatter});
     }
 
     // --- GEMM ---------------------------------------------------------------------------------
@@ -376,6 +443,7 @@ BENCHMARK(xgrad_sum)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_sum_rows)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_adam_step)->Apply(simd_levels)->UseRealTime();
 BENCHMARK(xgrad_max_pool2d)->Apply(pool_args)->UseRealTime();
+BENCHMARK(xgrad_max_pool2d_grad)->Apply(pool_grad_args)->UseRealTime();
 BENCHMARK(optim_adamw_step)->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(xgrad_matmul)->Apply(gemm_args)->UseRealTime();
 #ifdef XGRAD_BENCH_HAVE_DNNL
