@@ -103,7 +103,7 @@ namespace
         p.add_path("--init-from", c.init_from, "FILE",
                    "start from the weights of a checkpoint or of a PyTorch state_dict saved as safetensors (cast to "
                    "the model's dtypes); the optimizer starts fresh");
-        p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout (default NHWC, the faster one)");
+        p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout (NHWC is the faster one)");
         p.add_int("--limit", c.limit, 0, INT64_MAX, "N", "train on the first N training images only (0: all)");
         p.add_int("--test-limit", c.test_limit, 0, INT64_MAX, "N", "evaluate on the first N test images only (0: all)");
         bool no_prefetch = false;
