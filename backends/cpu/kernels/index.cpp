@@ -297,22 +297,22 @@ namespace xgrad::cpu
                         {
                             const std::int64_t n = q / d.h, h = q % d.h;
                             const std::int64_t oh = window_row[static_cast<std::size_t>(h)];
+                            const std::int64_t base = n * xs[0] + h * xs[2];
+#ifndef XGRAD_CPU_SCALAR_ONLY
+                            if (runs && oh >= 0)
+                            {
+                                simd_call<simd::max_pool_grad_row_fn>(out + base, xs[3], gp + n * gs[0] + oh * gs[2],
+                                                                      gs[3], idx + n * is[0] + oh * is[2], is[3],
+                                                                      window_col.data(), base, d.w, d.c);
+                                continue;
+                            }
+#endif
                             for (std::int64_t w = 0; w < d.w; ++w)
                             {
                                 const std::int64_t ow = window_col[static_cast<std::size_t>(w)];
-                                T* row = out + n * xs[0] + h * xs[2] + w * xs[3];
-                                if (oh < 0 || ow < 0)
-                                    for (std::int64_t c = 0; c < d.c; ++c)
-                                        row[c * xs[1]] = zero;
-#ifndef XGRAD_CPU_SCALAR_ONLY
-                                else if (runs)
-                                    simd_call<simd::max_pool_grad_run_fn>(row, gp + n * gs[0] + oh * gs[2] + ow * gs[3],
-                                                                          idx + n * is[0] + oh * is[2] + ow * is[3],
-                                                                          n * xs[0] + h * xs[2] + w * xs[3], d.c);
-#endif
-                                else
-                                    for (std::int64_t c = 0; c < d.c; ++c)
-                                        row[c * xs[1]] = chosen(n, c, h, w, oh, ow);
+                                T* row = out + base + w * xs[3];
+                                for (std::int64_t c = 0; c < d.c; ++c)
+                                    row[c * xs[1]] = oh < 0 || ow < 0 ? zero : chosen(n, c, h, w, oh, ow);
                             }
                         }
                     });

@@ -107,15 +107,19 @@ namespace xgrad::cpu::simd
                         std::int64_t base, std::int64_t n) const noexcept;
     };
 
-    /// Max pooling's gradient along a contiguous run of n channels (channels-last) at one input
-    /// position that a window reads (the kernel max_pool2d_grad's common case): dx[j] = 0 +
-    /// g[j] where idx[j] == pos + j (that window chose this position for channel j), +0
-    /// otherwise. ASSIGNS dx.
-    struct max_pool_grad_run_fn
+    /// Max pooling's gradient along one input row (n, h) of a channels-last image whose c
+    /// channels are contiguous in dx, g and idx (the kernel max_pool2d_grad's common case):
+    /// for each column w < width whose window is ow = window[w] >= 0, dx[w * dx_step + j] =
+    /// 0 + g[ow * g_step + j] where idx[ow * idx_step + j] == pos + w * dx_step + j (the window
+    /// chose this position for channel j), +0 otherwise; +0 in the columns with window[w] < 0.
+    /// One call per row: the channel runs are short (32 or 64 in a small CNN), too short to
+    /// pay a dispatch each. ASSIGNS the row.
+    struct max_pool_grad_row_fn
     {
         template <class Arch, class T>
-        void operator()(Arch, T* dx, const T* g, const std::int64_t* idx, std::int64_t pos,
-                        std::int64_t n) const noexcept;
+        void operator()(Arch, T* dx, std::int64_t dx_step, const T* g, std::int64_t g_step, const std::int64_t* idx,
+                        std::int64_t idx_step, const std::int64_t* window, std::int64_t pos, std::int64_t width,
+                        std::int64_t c) const noexcept;
     };
 
     /// The kernel sgd_step (backends/common/kernel_list.hpp) on n contiguous elements of the
@@ -170,8 +174,9 @@ namespace xgrad::cpu::simd
     EXTERN template void xgrad::cpu::simd::max_pool_taps_fn::operator()<ARCH, T>(                                      \
         ARCH, T*, std::int64_t*, const T*, const std::int64_t*, std::int64_t, std::int64_t, std::int64_t)              \
         const noexcept;                                                                                                \
-    EXTERN template void xgrad::cpu::simd::max_pool_grad_run_fn::operator()<ARCH, T>(                                  \
-        ARCH, T*, const T*, const std::int64_t*, std::int64_t, std::int64_t) const noexcept;
+    EXTERN template void xgrad::cpu::simd::max_pool_grad_row_fn::operator()<ARCH, T>(                                  \
+        ARCH, T*, std::int64_t, const T*, std::int64_t, const std::int64_t*, std::int64_t, const std::int64_t*,        \
+        std::int64_t, std::int64_t, std::int64_t) const noexcept;
 
 #define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \
     XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                               \

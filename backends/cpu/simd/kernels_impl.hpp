@@ -470,12 +470,28 @@ namespace xgrad::cpu::simd
     }
 
     template <class Arch, class T>
-    void max_pool_grad_run_fn::operator()(Arch, T* dx, const T* g, const std::int64_t* idx, std::int64_t pos,
-                                          std::int64_t n) const noexcept
+    void max_pool_grad_row_fn::operator()(Arch, T* dx, std::int64_t dx_step, const T* g, std::int64_t g_step,
+                                          const std::int64_t* idx, std::int64_t idx_step, const std::int64_t* window,
+                                          std::int64_t pos, std::int64_t width, std::int64_t c) const noexcept
     {
-        // A plain loop that the compiler vectorises at each level (a 64-bit compare selecting
-        // between the term and zero); 0 + g keeps put_add's sum, which turns -0 into +0.
-        for (std::int64_t j = 0; j < n; ++j)
-            dx[j] = idx[j] == pos + j ? T(0) + g[j] : T(0);
+        // Plain channel loops that the compiler vectorises at each level (a 64-bit compare
+        // selecting between the term and zero); 0 + g keeps put_add's sum, which turns -0
+        // into +0.
+        for (std::int64_t w = 0; w < width; ++w)
+        {
+            T* __restrict o = dx + w * dx_step;
+            const std::int64_t ow = window[w];
+            if (ow < 0)
+            {
+                for (std::int64_t j = 0; j < c; ++j)
+                    o[j] = T(0);
+                continue;
+            }
+            const T* __restrict gw = g + ow * g_step;
+            const std::int64_t* __restrict iw = idx + ow * idx_step;
+            const std::int64_t p = pos + w * dx_step;
+            for (std::int64_t j = 0; j < c; ++j)
+                o[j] = iw[j] == p + j ? T(0) + gw[j] : T(0);
+        }
     }
 }

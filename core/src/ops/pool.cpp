@@ -185,13 +185,17 @@ namespace xgrad
                             const kernels::window2d_dims& d)
         {
             XGRAD_PROFILE_OP("max_pool2d_grad");
+            // A g that arrives as a view (the classifier's flatten in channels-first order, over
+            // channels-last activations) is copied once: the kernel's fast loops want its
+            // channels where dx has them, and the copy costs far less than a strided walk.
+            const tensor gc = detail::raw_contiguous(g);
             tensor dx = detail::empty(shape, g.dtype(), g.device());
             const auto xs = detail::image_strides(dx.strides(), channels_last);
-            const auto gs = detail::image_strides(g.strides(), channels_last);
+            const auto gs = detail::image_strides(gc.strides(), channels_last);
             const auto is = detail::image_strides(idx.strides(), channels_last);
             detail::backend_for(g.device())
-                .max_pool2d_grad(dx.data_ptr(), xs.data(), g.data_ptr(), gs.data(), idx.data<std::int64_t>(), is.data(),
-                                 g.dtype(), d);
+                .max_pool2d_grad(dx.data_ptr(), xs.data(), gc.data_ptr(), gs.data(), idx.data<std::int64_t>(),
+                                 is.data(), g.dtype(), d);
             record("max_pool2d_grad", {g}, {dx}, [idx](function_node&, const std::vector<tensor>& gg) {
                 return std::vector<tensor>{take(gg[0], idx)};
             });
