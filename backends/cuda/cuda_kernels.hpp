@@ -10,7 +10,7 @@
 // - Reductions (reduce, the batch-norm sums) are deterministic: a fixed split of each sum into
 //   partial sums that depends on the shape only, combined in a fixed order, with no float
 //   atomics. Their rounding differs from the CPU backend's (another summation order), within
-//   float tolerance; fold2d, put_add, copy, fill and the exactly rounded elementwise ops (add,
+//   float tolerance; fold2d, put_add, max_pool2d_grad, copy, fill and the exactly rounded elementwise ops (add,
 //   sub, mul, div, the comparisons, where) give the CPU's bits, while exp, log, tanh, sigmoid
 //   and pow use the device's math library and may differ by a few ulp (elementwise.cpp).
 // - Every kernel ASSIGNS its outputs, as on the CPU.

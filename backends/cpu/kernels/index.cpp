@@ -288,8 +288,6 @@ namespace xgrad::cpu
             {
 #ifndef XGRAD_CPU_SCALAR_ONLY // an XGRAD_SIMD=scalar build has no SIMD functors
                 const bool runs = std::is_same_v<T, S> && xs[1] == 1 && gs[1] == 1 && is[1] == 1;
-#else
-                const bool runs = false;
 #endif
                 parallel_for(
                     0, d.n * d.h, std::max<std::int64_t>(1, grain / (d.w * d.c)), [&](std::int64_t b, std::int64_t e) {

@@ -190,6 +190,14 @@ TEST_CASE("unfold2d, avg_pool2d and max_pool2d of an empty input do not size scr
     // max_pool2d's per-row table is sized by the output height: 2^31 rows of an empty batch.
     CHECK(max_pool2d(zeros({0, 1, p31, 1}), pool({1, 1})).shape() == shape_type{0, 1, p31, 1});
     CHECK(max_pool2d(zeros({1, 0, p31, 1}), pool({1, 1})).shape() == shape_type{1, 0, p31, 1});
+    // And its gradient, whose kernel (max_pool2d_grad: these windows do not overlap) has
+    // per-row and per-column tables sized by the input: none is made for an empty one.
+    for (const shape_type& shape : {shape_type{0, 1, p31, 1}, shape_type{1, 0, p31, 1}})
+    {
+        const tensor x = zeros(shape).requires_grad_(true);
+        const tensor dx = xgrad::grad({sum(max_pool2d(x, pool({1, 1})))}, {x})[0];
+        CHECK(dx.shape() == shape);
+    }
 }
 
 TEST_CASE("conv2d over an empty batch with an output plane past int64 computes nothing, in both directions")

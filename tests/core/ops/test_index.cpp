@@ -87,7 +87,7 @@ TEST_CASE("index kernels assign every output element (pre-filled outputs)")
     CHECK(maxima == std::vector<float>{7, 9, 8, 9});
 }
 
-TEST_CASE("put_add and take at every thread count: the same bits, and the first bad index")
+TEST_CASE("put_add gives the same bits at every thread count; put_add and take report the first bad index")
 {
     const int saved = get_num_threads();
     std::mt19937_64 gen(5);
@@ -237,8 +237,9 @@ TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every l
     // terms included), assigning every element of a NaN-filled dx. The windows cover the
     // shapes it must get right: windows that tile the input, gaps between windows (stride
     // beyond the window), padding, dilation, and rows and columns past the last window. g comes
-    // in idx's layout (the vectorised channels-last runs) and in the other one (the general
-    // loop); c = 37 and w = 70 give whole vectors and tails at every level.
+    // in idx's layout (the vectorised channels-last runs), in the other one and broadcast over
+    // the channels (stride 0; both the general loop); c = 37 and w = 70 give whole vectors and
+    // tails at every level.
     std::mt19937_64 gen(23);
     std::uniform_int_distribution<int> value(0, 4);
     std::normal_distribution<double> normal;
@@ -255,12 +256,15 @@ TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every l
         for (const window win : {window{2, 2, 2, 0, 1}, window{2, 2, 2, 1, 1}, window{2, 3, 3, 0, 1},
                                  window{3, 3, 4, 1, 1}, window{2, 2, 4, 0, 2}, window{1, 1, 2, 0, 1}})
             for (const bool channels_last : {false, true})
-                for (const bool g_same_layout : {true, false})
+                for (const int g_layout : {0, 1, 2}) // idx's, the other, broadcast over channels
                     for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16})
                     {
                         INFO("image ", im.n, "x", im.c, "x", im.h, "x", im.w, " k ", win.kh, "x", win.kw, " s ", win.s,
                              " p ", win.p, " d ", win.dil, channels_last ? " NHWC" : " NCHW",
-                             g_same_layout ? " g as idx" : " g in the other layout", " ", name(dt));
+                             g_layout == 0   ? " g as idx"
+                             : g_layout == 1 ? " g in the other layout"
+                                             : " g broadcast over channels",
+                             " ", name(dt));
                         const std::int64_t n = im.n, c = im.c, h = im.h, w = im.w;
                         const std::int64_t oh = (h + 2 * win.p - win.dil * (win.kh - 1) - 1) / win.s + 1;
                         const std::int64_t ow = (w + 2 * win.p - win.dil * (win.kw - 1) - 1) / win.s + 1;
@@ -278,13 +282,16 @@ TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every l
                         };
                         const std::vector<std::int64_t> xs = strides(h, w, channels_last),
                                                         is = strides(oh, ow, channels_last),
-                                                        gs = strides(oh, ow, channels_last == g_same_layout);
+                                                        gs = g_layout == 2
+                                                                 ? std::vector<std::int64_t>{oh * ow, 0, ow, 1}
+                                                                 : strides(oh, ow, channels_last == (g_layout == 0));
                         const std::int64_t count = n * c * oh * ow, numel = n * c * h * w;
                         std::vector<std::int64_t> idx(static_cast<std::size_t>(count));
                         const tensor maxima = full({count}, 0.0, dtype::float32);
                         cpu::max_pool2d(maxima.data_ptr(), is.data(), idx.data(), is.data(), x.data_ptr(), xs.data(),
                                         dtype::float32, d);
-                        // g in idx's order (put_add's input) and the same values at gs.
+                        // g in idx's order (put_add's input) and the same values at gs (one per
+                        // (n, oh, ow) when broadcast: the first channel's).
                         std::vector<double> g_idx(static_cast<std::size_t>(count)),
                             g_at(static_cast<std::size_t>(count));
                         for (std::int64_t a = 0; a < n; ++a)
@@ -292,7 +299,10 @@ TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every l
                                 for (std::int64_t y = 0; y < oh; ++y)
                                     for (std::int64_t z = 0; z < ow; ++z)
                                     {
-                                        const double e = gen() % 7 == 0 ? -0.0 : normal(gen);
+                                        const double e =
+                                            g_layout == 2 && b > 0
+                                                ? g_at[static_cast<std::size_t>(a * gs[0] + y * gs[2] + z * gs[3])]
+                                                : (gen() % 7 == 0 ? -0.0 : normal(gen));
                                         g_idx[static_cast<std::size_t>(a * is[0] + b * is[1] + y * is[2] + z * is[3])] =
                                             e;
                                         g_at[static_cast<std::size_t>(a * gs[0] + b * gs[1] + y * gs[2] + z * gs[3])] =
