@@ -122,6 +122,36 @@ namespace xgrad::cpu::simd
                         std::int64_t c) const noexcept;
     };
 
+    /// The most taps (K = c * kh * kw) a direct convolution of kernels/conv.cpp takes: its
+    /// functors below keep a padded copy of the weights' last columns on the stack.
+    constexpr std::int64_t conv_taps_max = 32;
+
+    /// A direct convolution along one output row (channels-last, k taps with 1 <= k <=
+    /// conv_taps_max, o output channels) over an input already padded with zeros, so that every
+    /// tap is inside it: position p's tap t is x[p * x_step + taps[t]]. For p < np and j < o,
+    ///   y[p * o + j] = b_j + x[p * x_step + taps[0]] * w[j] + ...
+    ///                      + x[p * x_step + taps[k - 1]] * w[(k - 1) * o + j],
+    /// b_j = bias[j] (0 where bias is null), the terms added to b_j in tap order (fused
+    /// multiply-adds where the instruction set has them), the same way for every j and p.
+    /// ASSIGNS y.
+    struct conv_taps_forward_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* y, const T* x, std::int64_t x_step, const std::int64_t* taps, const T* w,
+                        const T* bias, std::int64_t np, std::int64_t k, std::int64_t o) const noexcept;
+    };
+
+    /// The weight gradient of the same row: dw[t * o + j] += the sum over p < np of
+    /// x[p * x_step + taps[t]] * dy[p * o + j], for t < k and j < o, each dw element's terms
+    /// added to it one at a time in p order (fused multiply-adds where the instruction set has
+    /// them). ACCUMULATES into dw.
+    struct conv_taps_weight_grad_fn
+    {
+        template <class Arch, class T>
+        void operator()(Arch, T* dw, const T* x, std::int64_t x_step, const std::int64_t* taps, const T* dy,
+                        std::int64_t np, std::int64_t k, std::int64_t o) const noexcept;
+    };
+
     /// The kernel sgd_step (backends/common/kernel_list.hpp) on n contiguous elements of the
     /// compute type T, with its null-pointer conventions; simd/optim_impl.hpp.
     struct sgd_step_fn
@@ -176,7 +206,13 @@ namespace xgrad::cpu::simd
         const noexcept;                                                                                                \
     EXTERN template void xgrad::cpu::simd::max_pool_grad_row_fn::operator()<ARCH, T>(                                  \
         ARCH, T*, std::int64_t, const T*, std::int64_t, const std::int64_t*, std::int64_t, const std::int64_t*,        \
-        std::int64_t, std::int64_t, std::int64_t) const noexcept;
+        std::int64_t, std::int64_t, std::int64_t) const noexcept;                                                      \
+    EXTERN template void xgrad::cpu::simd::conv_taps_forward_fn::operator()<ARCH, T>(                                  \
+        ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, const T*, std::int64_t, std::int64_t,         \
+        std::int64_t) const noexcept;                                                                                  \
+    EXTERN template void xgrad::cpu::simd::conv_taps_weight_grad_fn::operator()<ARCH, T>(                              \
+        ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, std::int64_t, std::int64_t, std::int64_t)     \
+        const noexcept;
 
 #define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \
     XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                               \

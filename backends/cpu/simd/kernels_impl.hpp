@@ -26,6 +26,7 @@
 //   instruction, so it equals the scalar 1 / std::sqrt(x) bit for bit).
 // NaN results agree everywhere. tests/backends/cpu/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
 // reference.
+#include <algorithm>
 #include <type_traits>
 
 #include "backends/cpu/simd/kernels.hpp"
@@ -493,5 +494,181 @@ namespace xgrad::cpu::simd
             for (std::int64_t j = 0; j < c; ++j)
                 o[j] = iw[j] == p + j ? T(0) + gw[j] : T(0);
         }
+    }
+    // The direct convolution's products (kernels/conv.cpp): xsimd batches across output
+    // channels, each tap's input broadcast. The last o % lanes channels go through the same
+    // vector code on zero-padded copies (of the weights' and bias's last columns, of dy's), so
+    // a channel's result does not depend on whether it falls in a tail.
+    namespace impl
+    {
+        /// acc[q] += position q's taps times the weight rows, tap by tap, for q < P (position q
+        /// at x + q * x_step): the P positions share each weight load, and their P independent
+        /// fma chains hide the instruction's latency.
+        template <class Arch, class T, int P>
+        void conv_taps_positions(batch<Arch, T>* acc, const T* x, std::int64_t x_step, const std::int64_t* taps,
+                                 std::int64_t k, const T* w, std::int64_t w_step) noexcept
+        {
+            for (std::int64_t t = 0; t < k; ++t)
+            {
+                const batch<Arch, T> wv = batch<Arch, T>::load_unaligned(w + t * w_step);
+                const T* xt = x + taps[t];
+                for (int q = 0; q < P; ++q)
+                    acc[q] = xsimd::fma(batch<Arch, T>(xt[q * x_step]), wv, acc[q]);
+            }
+        }
+
+        /// Positions [0, np) over one batch of channels: y[p * y_step] = init + the product.
+        template <class Arch, class T>
+        void conv_taps_column(T* y, std::int64_t y_step, const T* x, std::int64_t x_step, const std::int64_t* taps,
+                              std::int64_t k, const T* w, std::int64_t w_step, batch<Arch, T> init,
+                              std::int64_t np) noexcept
+        {
+            std::int64_t p = 0;
+            for (; p + 4 <= np; p += 4)
+            {
+                batch<Arch, T> acc[4] = {init, init, init, init};
+                conv_taps_positions<Arch, T, 4>(acc, x + p * x_step, x_step, taps, k, w, w_step);
+                for (int q = 0; q < 4; ++q)
+                    acc[q].store_unaligned(y + (p + q) * y_step);
+            }
+            for (; p < np; ++p)
+            {
+                batch<Arch, T> acc[1] = {init};
+                conv_taps_positions<Arch, T, 1>(acc, x + p * x_step, x_step, taps, k, w, w_step);
+                acc[0].store_unaligned(y + p * y_step);
+            }
+        }
+
+        /// NT taps of the weight gradient over JV batches of channels: dw[i * dw_step + v *
+        /// lanes] += the sum over p < np of x[p * x_step + taps[i]] * dy[p * dy_step + v *
+        /// lanes], p in order, for i < NT and v < JV. The NT * JV accumulators stay in
+        /// registers for the whole row, and are that many independent fma chains.
+        template <class Arch, class T, int NT, int JV>
+        void conv_taps_grad_tile(T* dw, std::int64_t dw_step, const T* x, std::int64_t x_step, const std::int64_t* taps,
+                                 const T* dy, std::int64_t dy_step, std::int64_t np) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            batch<Arch, T> acc[NT][JV];
+            std::int64_t off[NT];
+            for (int i = 0; i < NT; ++i)
+            {
+                off[i] = taps[i];
+                for (int v = 0; v < JV; ++v)
+                    acc[i][v] = batch<Arch, T>::load_unaligned(dw + i * dw_step + v * w);
+            }
+            for (std::int64_t p = 0; p < np; ++p)
+            {
+                batch<Arch, T> d[JV];
+                for (int v = 0; v < JV; ++v)
+                    d[v] = batch<Arch, T>::load_unaligned(dy + p * dy_step + v * w);
+                const T* xp = x + p * x_step;
+                for (int i = 0; i < NT; ++i)
+                {
+                    const batch<Arch, T> xv(xp[off[i]]);
+                    for (int v = 0; v < JV; ++v)
+                        acc[i][v] = xsimd::fma(xv, d[v], acc[i][v]);
+                }
+            }
+            for (int i = 0; i < NT; ++i)
+                for (int v = 0; v < JV; ++v)
+                    acc[i][v].store_unaligned(dw + i * dw_step + v * w);
+        }
+
+        /// Every tap over JV batches of channels, in tiles of nearly equal size of at most 8
+        /// taps (6 for two batches where there are only 16 vector registers).
+        template <class Arch, class T, int JV>
+        void conv_taps_grad_column(T* dw, std::int64_t dw_step, const T* x, std::int64_t x_step,
+                                   const std::int64_t* taps, std::int64_t k, const T* dy, std::int64_t dy_step,
+                                   std::int64_t np) noexcept
+        {
+            constexpr std::int64_t most = JV == 1 || sizeof(batch<Arch, T>) == 64 ? 8 : 6;
+            const std::int64_t tiles = (k + most - 1) / most;
+            for (std::int64_t t0 = 0, tile = 0; t0 < k; ++tile)
+            {
+                const std::int64_t nt = (k - t0 + (tiles - tile) - 1) / (tiles - tile);
+                T* d = dw + t0 * dw_step;
+                const std::int64_t* tp = taps + t0;
+                switch (nt)
+                {
+                case 1: conv_taps_grad_tile<Arch, T, 1, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                case 2: conv_taps_grad_tile<Arch, T, 2, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                case 3: conv_taps_grad_tile<Arch, T, 3, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                case 4: conv_taps_grad_tile<Arch, T, 4, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                case 5: conv_taps_grad_tile<Arch, T, 5, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                case 6: conv_taps_grad_tile<Arch, T, 6, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                case 7: conv_taps_grad_tile<Arch, T, 7, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                default: conv_taps_grad_tile<Arch, T, 8, JV>(d, dw_step, x, x_step, tp, dy, dy_step, np); break;
+                }
+                t0 += nt;
+            }
+        }
+    }
+
+    template <class Arch, class T>
+    void conv_taps_forward_fn::operator()(Arch, T* y, const T* x, std::int64_t x_step, const std::int64_t* taps,
+                                          const T* w, const T* bias, std::int64_t np, std::int64_t k,
+                                          std::int64_t o) const noexcept
+    {
+        using b = impl::batch<Arch, T>;
+        constexpr std::int64_t lanes = impl::lanes<Arch, T>;
+        const std::int64_t full = o / lanes * lanes, rem = o - full;
+        for (std::int64_t j = 0; j < full; j += lanes)
+            impl::conv_taps_column<Arch, T>(y + j, o, x, x_step, taps, k, w + j, o,
+                                            bias != nullptr ? b::load_unaligned(bias + j) : b(T(0)), np);
+        if (rem == 0)
+            return;
+        // The last channels: padded weights and bias, four positions' batches through a buffer.
+        alignas(64) T wt[conv_taps_max * lanes];
+        alignas(64) T bt[lanes];
+        alignas(64) T yt[4 * lanes];
+        for (std::int64_t t = 0; t < k; ++t)
+            for (std::int64_t i = 0; i < lanes; ++i)
+                wt[t * lanes + i] = i < rem ? w[t * o + full + i] : T(0);
+        for (std::int64_t i = 0; i < lanes; ++i)
+            bt[i] = bias != nullptr && i < rem ? bias[full + i] : T(0);
+        for (std::int64_t p = 0; p < np; p += 4)
+        {
+            const std::int64_t n = std::min<std::int64_t>(4, np - p);
+            impl::conv_taps_column<Arch, T>(yt, lanes, x + p * x_step, x_step, taps, k, wt, lanes, b::load_aligned(bt),
+                                            n);
+            for (std::int64_t q = 0; q < n; ++q)
+                for (std::int64_t i = 0; i < rem; ++i)
+                    y[(p + q) * o + full + i] = yt[q * lanes + i];
+        }
+    }
+
+    template <class Arch, class T>
+    void conv_taps_weight_grad_fn::operator()(Arch, T* dw, const T* x, std::int64_t x_step, const std::int64_t* taps,
+                                              const T* dy, std::int64_t np, std::int64_t k,
+                                              std::int64_t o) const noexcept
+    {
+        constexpr std::int64_t lanes = impl::lanes<Arch, T>;
+        const std::int64_t full = o / lanes * lanes, rem = o - full;
+        std::int64_t j = 0;
+        for (; j + 2 * lanes <= full; j += 2 * lanes)
+            impl::conv_taps_grad_column<Arch, T, 2>(dw + j, o, x, x_step, taps, k, dy + j, o, np);
+        if (j < full)
+            impl::conv_taps_grad_column<Arch, T, 1>(dw + j, o, x, x_step, taps, k, dy + j, o, np);
+        if (rem == 0)
+            return;
+        // The last channels: dw's and dy's columns padded with zeros, dy 64 positions at a time
+        // (the positions still in order, so each sum's order is unchanged).
+        constexpr std::int64_t piece = 64;
+        alignas(64) T dwt[conv_taps_max * lanes];
+        alignas(64) T dyt[piece * lanes];
+        for (std::int64_t t = 0; t < k; ++t)
+            for (std::int64_t i = 0; i < lanes; ++i)
+                dwt[t * lanes + i] = i < rem ? dw[t * o + full + i] : T(0);
+        for (std::int64_t p = 0; p < np; p += piece)
+        {
+            const std::int64_t n = std::min<std::int64_t>(piece, np - p);
+            for (std::int64_t q = 0; q < n; ++q)
+                for (std::int64_t i = 0; i < lanes; ++i)
+                    dyt[q * lanes + i] = i < rem ? dy[(p + q) * o + full + i] : T(0);
+            impl::conv_taps_grad_column<Arch, T, 1>(dwt, lanes, x + p * x_step, x_step, taps, k, dyt, lanes, n);
+        }
+        for (std::int64_t t = 0; t < k; ++t)
+            for (std::int64_t i = 0; i < rem; ++i)
+                dw[t * o + full + i] = dwt[t * lanes + i];
     }
 }

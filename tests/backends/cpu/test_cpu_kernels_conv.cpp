@@ -4,7 +4,9 @@
 // and single-threaded, over the reference kernels) over random window geometries, both layouts,
 // strided x and dx, with and without bias, float32 and float64, blocks of one image, of a few
 // with a remainder and of the whole batch, one to all weight-gradient runs, at every SIMD level
-// and 1 and 3 threads; and the fast kernels' bits at 1, 2 and 3 threads.
+// and 1 and 3 threads; channels-last convolutions with few taps (the direct path of
+// kernels/conv.cpp) over tap and output channel counts around its limits and vector widths;
+// and the fast kernels' bits at 1, 2 and 3 threads.
 //
 // Tolerance: each output element is a sum of at most T = K + O * KH * KW + N * L + 1 products
 // of the inputs (and the bias), so two summation orders of it differ by at most 2 T u S in a
@@ -82,11 +84,11 @@ namespace
     };
 
     template <class T>
-    operands<T> random_operands(std::mt19937_64& gen, bool cl)
+    operands<T> random_operands(std::mt19937_64& gen, bool cl, const window2d_dims& d, std::int64_t o)
     {
         operands<T> p;
-        p.d = random_conv_window(gen);
-        p.o = 1 + std::int64_t(gen() % 6);
+        p.d = d;
+        p.o = o;
         p.l = p.d.oh * p.d.ow;
         p.k = p.d.c * p.d.kh * p.d.kw;
         p.cl = cl;
@@ -98,6 +100,30 @@ namespace
         p.bias = random_values<T>(gen, p.o);
         p.dy = random_values<T>(gen, p.d.n * p.l * p.o);
         return p;
+    }
+
+    template <class T>
+    operands<T> random_operands(std::mt19937_64& gen, bool cl)
+    {
+        const window2d_dims d = random_conv_window(gen);
+        return random_operands<T>(gen, cl, d, 1 + std::int64_t(gen() % 6));
+    }
+
+    /// A channels-last window with c input channels and a kh x kw kernel (random sizes,
+    /// strides, padding and dilation otherwise): K = c * kh * kw taps, which decides whether
+    /// the direct path (K <= 32) or the GEMM path runs.
+    window2d_dims window_with_taps(std::mt19937_64& gen, std::int64_t c, std::int64_t kh, std::int64_t kw)
+    {
+        for (;;)
+        {
+            window2d_dims d = random_window(gen, window_ranges{1, 4, {c}, 1, 12, 1, 3, 2, 2});
+            d.kh = kh;
+            d.kw = kw;
+            d.oh = (d.h + 2 * d.ph - (kh - 1) * d.dh - 1) / d.sh + 1;
+            d.ow = (d.w + 2 * d.pw - (kw - 1) * d.dw - 1) / d.sw + 1;
+            if (d.h + 2 * d.ph - (kh - 1) * d.dh - 1 >= 0 && d.w + 2 * d.pw - (kw - 1) * d.dw - 1 >= 0)
+                return d;
+        }
     }
 
     /// The three outputs of one kernel table's run.
@@ -144,9 +170,9 @@ namespace
     }
 
     template <class T>
-    void check_conv_case(std::mt19937_64& gen, bool cl)
+    void check_conv_operands(std::mt19937_64& gen, const operands<T>& p)
     {
-        const operands<T> p = random_operands<T>(gen, cl);
+        const bool cl = p.cl;
         const bool with_bias = gen() % 2 == 0;
         const auto dx_layout = make_view<T>(p.image_shape(), out_layouts[gen() % out_layouts.size()], gen, T(0));
         INFO(describe(p.d, p.o, cl), " bias ", with_bias, " x ", p.x.describe(), " dx ", dx_layout.describe());
@@ -183,6 +209,12 @@ namespace
             }
         }
     }
+
+    template <class T>
+    void check_conv_case(std::mt19937_64& gen, bool cl)
+    {
+        check_conv_operands(gen, random_operands<T>(gen, cl));
+    }
 }
 
 TEST_CASE("cpu kernels: conv2d_forward, conv2d_input_grad and conv2d_weight_grad match the reference")
@@ -206,14 +238,51 @@ TEST_CASE("cpu kernels: conv2d_forward, conv2d_input_grad and conv2d_weight_grad
     }
 }
 
+TEST_CASE("cpu kernels: channels-last convolutions with few taps (the direct path) match the reference")
+{
+    // K = c * kh * kw from 1 to the direct path's limit (32) and one past it (the GEMM path),
+    // with output channel counts below, at and past each level's vector width (4, 8 and 16
+    // float32 lanes; a tail of o % lanes channels) and two batches of them (the weight
+    // gradient's widest tile).
+    struct taps_case
+    {
+        std::int64_t c, kh, kw;
+    };
+    const taps_case taps[] = {{1, 1, 1}, {1, 3, 3}, {3, 3, 3}, {2, 4, 4}, {32, 1, 1}, {1, 3, 11}, {33, 1, 1}};
+    const std::int64_t outs[] = {1, 3, 4, 8, 16, 17, 32, 40, 64};
+    settings_guard guard;
+    for (const int threads : {1, 3})
+    {
+        xgrad::set_num_threads(threads);
+        for (const auto level : simd_levels())
+        {
+            cpu::limit_simd_level(level);
+            std::mt19937_64 gen(13);
+            for (const auto& t : taps)
+                for (const std::int64_t o : outs)
+                {
+                    INFO("SIMD level ", level_name(level), ", ", threads, " thread(s), K ", t.c * t.kh * t.kw);
+                    const window2d_dims d = window_with_taps(gen, t.c, t.kh, t.kw);
+                    check_conv_operands(gen, random_operands<float>(gen, true, d, o));
+                    if (o % 4 == 1)
+                        check_conv_operands(gen, random_operands<double>(gen, true, d, o));
+                }
+        }
+    }
+}
+
 TEST_CASE("cpu kernels: the convolution kernels give the same bits at every thread count")
 {
     settings_guard guard;
     std::mt19937_64 gen(12);
-    for (int rep = 0; rep < 6; ++rep)
+    for (int rep = 0; rep < 7; ++rep)
         for (const bool cl : {false, true})
         {
-            const operands<float> p = random_operands<float>(gen, cl);
+            // The last round: the example's first layer (the direct path in channels-last).
+            const operands<float> p =
+                rep < 6
+                    ? random_operands<float>(gen, cl)
+                    : random_operands<float>(gen, cl, window2d_dims{9, 1, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}, 32);
             const auto dx_layout = make_view<float>(p.image_shape(), layout::contiguous, gen, 0.0f);
             INFO(describe(p.d, p.o, cl));
             const std::int64_t block = std::max<std::int64_t>(1, p.d.n / 3);
