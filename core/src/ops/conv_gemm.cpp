@@ -59,6 +59,9 @@ namespace xgrad::detail
         /// to share, and their partial sums (all runs but the first) at most partial_elements.
         constexpr std::int64_t max_chains = 16;
         constexpr std::int64_t partial_elements = std::int64_t{1} << 22;
+        /// Blocks a batch is cut into at least, where it has that many images, so that threads
+        /// have blocks to share. Settable for tests (conv_set_min_blocks).
+        std::atomic<std::int64_t> g_min_blocks{max_chains};
 
         /// What every op of the family needs to know about the convolution.
         struct conv_layout
@@ -75,11 +78,18 @@ namespace xgrad::detail
             {
             }
 
-            /// Images per block: as many as fit block_elements of cols, at least one.
+            /// Images per block: as many as fit block_elements of cols, but no more than give
+            /// min_blocks blocks where the batch allows, at least one. The second bound is for
+            /// the threads: a small convolution (a first layer: 37 images of 28 x 28 x 9 taps
+            /// fit) would otherwise leave a batch of 64 two blocks, and its weight gradient two
+            /// threads' worth of work, unevenly shared (37 and 27 images).
             std::int64_t block() const
             {
                 const std::int64_t per_image = std::max<std::int64_t>(l * k, 1);
-                return std::clamp<std::int64_t>(g_block_elements.load() / per_image, 1, std::max<std::int64_t>(d.n, 1));
+                const std::int64_t min_blocks = g_min_blocks.load();
+                const std::int64_t spread = (d.n + min_blocks - 1) / min_blocks;
+                return std::clamp<std::int64_t>(std::min(g_block_elements.load() / per_image, spread), 1,
+                                                std::max<std::int64_t>(d.n, 1));
             }
             /// The weight gradient's runs of blocks.
             std::int64_t chains() const
@@ -110,6 +120,11 @@ namespace xgrad::detail
     std::int64_t conv_set_block_elements(std::int64_t elements) noexcept
     {
         return g_block_elements.exchange(std::max<std::int64_t>(elements, 1));
+    }
+
+    std::int64_t conv_set_min_blocks(std::int64_t blocks) noexcept
+    {
+        return g_min_blocks.exchange(std::max<std::int64_t>(blocks, 1));
     }
 
     tensor conv_forward(const tensor& x, const tensor& wmat, const tensor& bias, const conv_geometry& g)

@@ -76,4 +76,8 @@ namespace xgrad::detail
     /// default is 2^18) and returns the previous value. For tests: the blocking changes the
     /// order of the weight gradient's sum over blocks, not what is summed.
     std::int64_t conv_set_block_elements(std::int64_t elements) noexcept;
+    /// Sets how many blocks a batch is cut into at least, where it has that many images (at
+    /// least 1, which leaves the blocks to conv_set_block_elements alone; the default is 16),
+    /// and returns the previous value. For tests, like conv_set_block_elements.
+    std::int64_t conv_set_min_blocks(std::int64_t blocks) noexcept;
 }

@@ -133,11 +133,19 @@ namespace
         return in;
     }
 
+    /// Blocks sized by their cols elements alone (no lower bound on their count).
     struct block_guard
     {
-        std::int64_t m_old;
-        explicit block_guard(std::int64_t elements) : m_old(detail::conv_set_block_elements(elements)) {}
-        ~block_guard() { detail::conv_set_block_elements(m_old); }
+        std::int64_t m_old, m_old_min;
+        explicit block_guard(std::int64_t elements)
+            : m_old(detail::conv_set_block_elements(elements)), m_old_min(detail::conv_set_min_blocks(1))
+        {
+        }
+        ~block_guard()
+        {
+            detail::conv_set_block_elements(m_old);
+            detail::conv_set_min_blocks(m_old_min);
+        }
         block_guard(const block_guard&) = delete;
         block_guard& operator=(const block_guard&) = delete;
     };
@@ -181,32 +189,46 @@ TEST_CASE("conv2d's fused products match their composition, first and second ord
         }
 }
 
+namespace
+{
+    void check_same_bits_at_thread_counts(const fused_case& k)
+    {
+        const int saved = get_num_threads();
+        for (const bool cl : {false, true})
+            for (const dtype dt : {dtype::float32, dtype::float64})
+            {
+                INFO(fmt(cl), " ", name(dt));
+                std::vector<std::vector<std::vector<double>>> runs;
+                for (const int threads : {1, 2, 3})
+                {
+                    set_num_threads(threads);
+                    std::vector<tensor> in = inputs_of(k, cl, false);
+                    for (tensor& t : in)
+                        if (t.defined())
+                            t = t.detach().to(dt).requires_grad_();
+                    std::vector<std::vector<double>> values;
+                    for (const tensor& t : quantities(fused_conv, in, params_of(k), cl))
+                        values.push_back(to_vector(t));
+                    runs.push_back(values);
+                }
+                set_num_threads(saved);
+                CHECK(runs[1] == runs[0]);
+                CHECK(runs[2] == runs[0]);
+            }
+    }
+}
+
 TEST_CASE("conv2d's fused products give the same bits at every thread count")
 {
-    const int saved = get_num_threads();
-    const fused_case k{7, 6, 10, 9, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true};
-    const block_guard guard(3 * cols_per_image(k)); // blocks of 3, 3 and 1 images
-    for (const bool cl : {false, true})
-        for (const dtype dt : {dtype::float32, dtype::float64})
-        {
-            INFO(fmt(cl), " ", name(dt));
-            std::vector<std::vector<std::vector<double>>> runs;
-            for (const int threads : {1, 2, 3})
-            {
-                set_num_threads(threads);
-                std::vector<tensor> in = inputs_of(k, cl, false);
-                for (tensor& t : in)
-                    if (t.defined())
-                        t = t.detach().to(dt).requires_grad_();
-                std::vector<std::vector<double>> values;
-                for (const tensor& t : quantities(fused_conv, in, params_of(k), cl))
-                    values.push_back(to_vector(t));
-                runs.push_back(values);
-            }
-            set_num_threads(saved);
-            CHECK(runs[1] == runs[0]);
-            CHECK(runs[2] == runs[0]);
-        }
+    {
+        const fused_case k{7, 6, 10, 9, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true};
+        const block_guard guard(3 * cols_per_image(k)); // blocks of 3, 3 and 1 images
+        check_same_bits_at_thread_counts(k);
+    }
+    // The default blocking of a first layer (one input channel, 9 taps: the direct path in
+    // channels-last): 37 images' cols fit a block, and the lower bound on the count of blocks
+    // cuts the batch of 40 into blocks of 3.
+    check_same_bits_at_thread_counts(fused_case{40, 1, 12, 12, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true});
 }
 
 TEST_CASE("conv2d gradients of the first and second order with one image per block")
