@@ -164,32 +164,69 @@ namespace xgrad::kernels::conv_blocks
         });
     }
 
+    /// The weight gradient's sum over blocks, the order every path that computes it keeps:
+    /// the blocks are summed in `chains` (clamped to [1, blocks]) consecutive runs, run c over
+    /// blocks [first_block(c), last_block(c)); run 0 sums into dw itself, the others into
+    /// partials that add_partials() then adds to dw in run order. With no blocks (or ko = 0)
+    /// there are no runs, and dw (ko elements) is zero from the constructor on.
+    class weight_grad_runs
+    {
+    public:
+        weight_grad_runs(const kernel_table& t, void* dw, dtype dt, std::int64_t ko, std::int64_t blocks,
+                         std::int64_t chains)
+            : m_t(t), m_dw(dw), m_dt(dt), m_elem(dt == dtype::float64 ? 8 : 4), m_ko(ko), m_blocks(blocks),
+              m_chains(blocks == 0 || ko == 0 ? 0 : std::clamp<std::int64_t>(chains, 1, blocks)),
+              m_partials(t, static_cast<std::size_t>(std::max<std::int64_t>(m_chains - 1, 0) * ko) * m_elem)
+        {
+            if (m_chains == 0 && ko != 0) // no images: the sum over them is zero
+            {
+                const std::int64_t shape[1] = {ko}, unit[1] = {1};
+                t.fill(dw, unit, dt, 1, shape, 0.0);
+            }
+        }
+
+        /// The runs (0 where there is nothing to sum).
+        std::int64_t count() const { return m_chains; }
+        std::int64_t first_block(std::int64_t c) const { return c * m_blocks / m_chains; }
+        std::int64_t last_block(std::int64_t c) const { return (c + 1) * m_blocks / m_chains; }
+        /// Where run c's sum goes (ko elements).
+        void* out(std::int64_t c) const { return c == 0 ? m_dw : at(m_partials.get(), (c - 1) * m_ko, m_elem); }
+
+        /// dw += each partial, in run order.
+        void add_partials() const
+        {
+            const std::int64_t shape[1] = {m_ko}, unit[1] = {1};
+            for (std::int64_t c = 1; c < m_chains; ++c)
+                m_t.binary(m_dw, unit, m_dw, unit, out(c), unit, m_dt, 1, shape, binary_op::add);
+        }
+
+    private:
+        const kernel_table& m_t;
+        void* m_dw;
+        dtype m_dt;
+        std::size_t m_elem;
+        std::int64_t m_ko, m_blocks, m_chains;
+        scratch m_partials;
+    };
+
     template <class Exec>
     void weight_grad(const kernel_table& t, Exec&& exec, void* dw, const void* x, const std::int64_t* xs,
                      const void* dy, dtype dt, const window2d_dims& d, std::int64_t o, bool channels_last,
                      std::int64_t block, std::int64_t chains)
     {
         const plan p(d, o, channels_last, block, dt);
-        const std::int64_t l = p.l, k = p.k, ko = k * o;
-        const std::int64_t shape[1] = {ko};
-        const std::int64_t unit[1] = {1};
-        if (p.blocks == 0 || ko == 0) // no images: the sum over them is zero
-        {
-            if (ko != 0)
-                t.fill(dw, unit, dt, 1, shape, 0.0);
+        const std::int64_t l = p.l, k = p.k;
+        const weight_grad_runs runs(t, dw, dt, k * o, p.blocks, chains);
+        if (runs.count() == 0)
             return;
-        }
-        chains = std::clamp<std::int64_t>(chains, 1, p.blocks);
-        // Run 0 sums into dw itself, the others into partials added after, in run order.
-        const scratch partials(t, static_cast<std::size_t>((chains - 1) * ko) * p.elem);
-        exec(chains, [&](std::int64_t first, std::int64_t last) {
+        exec(runs.count(), [&](std::int64_t first, std::int64_t last) {
             const scratch cols(t, static_cast<std::size_t>(p.block * l * k) * p.elem);
             // Channels first: the block's dy gathered as one [O, nb*L] matrix.
             const scratch gathered(t, channels_last ? 0 : static_cast<std::size_t>(o * p.block * l) * p.elem);
             for (std::int64_t c = first; c < last; ++c)
             {
-                void* out = c == 0 ? dw : at(partials.get(), (c - 1) * ko, p.elem);
-                const std::int64_t b0 = c * p.blocks / chains, b1 = (c + 1) * p.blocks / chains;
+                void* out = runs.out(c);
+                const std::int64_t b0 = runs.first_block(c), b1 = runs.last_block(c);
                 for (std::int64_t b = b0; b < b1; ++b)
                 {
                     const std::int64_t nb = p.images(b);
@@ -213,7 +250,6 @@ namespace xgrad::kernels::conv_blocks
                 }
             }
         });
-        for (std::int64_t c = 1; c < chains; ++c)
-            t.binary(dw, unit, dw, unit, at(partials.get(), (c - 1) * ko, p.elem), unit, dt, 1, shape, binary_op::add);
+        runs.add_partials();
     }
 }

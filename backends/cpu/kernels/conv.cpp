@@ -20,7 +20,6 @@
 // chains only, as the GEMM path's do. The input gradient stays on the GEMM path (a first
 // layer's input seldom needs one). See docs/training_performance.md.
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "backends/common/conv_blocks.hpp"
@@ -43,18 +42,41 @@ namespace xgrad::cpu
         /// per-tap bounds check and no cols matrix.
         struct bands
         {
+            /// Output positions a band aims at (whole output rows, at least one).
+            static constexpr std::int64_t positions = 256;
+            /// The most elements of a band's buffer: beyond that (huge strides, dilations or
+            /// padding) the GEMM path runs.
+            static constexpr double max_elements = 1 << 20;
+
+            /// Output rows per band.
+            static std::int64_t rows_of(const kernels::window2d_dims& d)
+            {
+                return std::clamp<std::int64_t>(positions / std::max<std::int64_t>(d.ow, 1), 1,
+                                                std::max<std::int64_t>(d.oh, 1));
+            }
+
+            /// Whether a band's buffer (in_rows x row_step below) holds at most max_elements;
+            /// in floating point, which cannot overflow, so that it can be asked before the
+            /// members are computed.
+            static bool fit(const kernels::window2d_dims& d)
+            {
+                const double in_rows = double(rows_of(d) - 1) * double(d.sh) + double(d.kh - 1) * double(d.dh) + 1;
+                const double width = double(std::max<std::int64_t>(d.ow - 1, 0)) * double(d.sw) +
+                                     double(d.kw - 1) * double(d.dw) + 1;
+                return in_rows * width * double(d.c) <= max_elements;
+            }
+
             kernels::window2d_dims d;
             std::int64_t k, l, rows, count, in_rows, width, row_step;
             std::int64_t taps[simd::conv_taps_max] = {};
 
+            /// For a window that direct() takes: k <= simd::conv_taps_max taps, and fit().
             explicit bands(const kernels::window2d_dims& dims)
-                : d(dims), k(d.c * d.kh * d.kw), l(d.oh * d.ow),
-                  rows(std::clamp<std::int64_t>(256 / std::max<std::int64_t>(d.ow, 1), 1,
-                                                std::max<std::int64_t>(d.oh, 1))),
-                  count((d.oh + rows - 1) / rows), in_rows((rows - 1) * d.sh + (d.kh - 1) * d.dh + 1),
+                : d(dims), k(d.c * d.kh * d.kw), l(d.oh * d.ow), rows(rows_of(d)), count((d.oh + rows - 1) / rows),
+                  in_rows((rows - 1) * d.sh + (d.kh - 1) * d.dh + 1),
                   width(d.ow == 0 ? 0 : (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1), row_step(width * d.c)
             {
-                for (std::int64_t i = 0, t = 0; i < d.kh && k <= simd::conv_taps_max; ++i)
+                for (std::int64_t i = 0, t = 0; i < d.kh; ++i)
                     for (std::int64_t j = 0; j < d.kw; ++j)
                         for (std::int64_t c = 0; c < d.c; ++c)
                             taps[t++] = i * d.dh * row_step + j * d.dw * d.c + c;
@@ -92,25 +114,12 @@ namespace xgrad::cpu
             }
         };
 
-        /// The most elements of a band's buffer: beyond that (huge strides, dilations or
-        /// padding) the GEMM path runs.
-        constexpr double max_band_elements = 1 << 20;
-
         /// Whether a convolution runs direct (see the top of this file).
         bool direct(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt)
         {
             const std::int64_t k = d.c * d.kh * d.kw;
-            if (!channels_last || (dt != dtype::float32 && dt != dtype::float64) || k < 1 || k > simd::conv_taps_max ||
-                o < 1)
-                return false;
-            // The band's size in floating point, which cannot overflow: the rows and columns
-            // of input that a band of output rows reads.
-            const double rows = std::clamp<double>(256.0 / std::max<double>(double(d.ow), 1), 1,
-                                                   std::max<double>(double(d.oh), 1));
-            const double in_rows = (std::floor(rows) - 1) * double(d.sh) + double(d.kh - 1) * double(d.dh) + 1;
-            const double width = std::max<double>(double(d.ow) - 1, 0) * double(d.sw) +
-                                 double(d.kw - 1) * double(d.dw) + 1;
-            return in_rows * width * double(d.c) <= max_band_elements;
+            return channels_last && (dt == dtype::float32 || dt == dtype::float64) && k >= 1 &&
+                   k <= simd::conv_taps_max && o >= 1 && bands::fit(d);
         }
 
         template <class T>
@@ -136,29 +145,21 @@ namespace xgrad::cpu
 
         template <class T>
         void direct_weight_grad(T* dw, const T* x, const std::int64_t* xs, const T* dy, const kernels::window2d_dims& d,
-                                std::int64_t o, std::int64_t block, std::int64_t chains)
+                                std::int64_t o, std::int64_t block, std::int64_t chains, dtype dt)
         {
             const bands bs(d);
-            const std::int64_t ko = bs.k * o, x_step = d.sw * d.c;
-            block = std::max<std::int64_t>(block, 1);
-            const std::int64_t blocks = (d.n + block - 1) / block;
-            if (blocks == 0) // no images: the sum over them is zero
-            {
-                std::fill(dw, dw + ko, T(0));
-                return;
-            }
-            chains = std::clamp<std::int64_t>(chains, 1, blocks);
-            // Run 0 sums into dw itself, the others into partials added after, in run order;
-            // within a run, positions are taken in (n, oh, ow) order.
-            std::vector<T> partials(static_cast<std::size_t>((chains - 1) * ko));
-            parallel_for(0, chains, 1, [&](std::int64_t first, std::int64_t last) {
+            const kernels::conv_blocks::plan p(d, o, true, block, dt);
+            const kernels::conv_blocks::weight_grad_runs runs(fast_kernels(), dw, dt, bs.k * o, p.blocks, chains);
+            const std::int64_t x_step = d.sw * d.c;
+            // Within a run, positions are summed in (n, oh, ow) order.
+            parallel_for(0, runs.count(), 1, [&](std::int64_t first, std::int64_t last) {
                 std::vector<T> band(static_cast<std::size_t>(bs.elements()));
                 for (std::int64_t c = first; c < last; ++c)
                 {
-                    T* out = c == 0 ? dw : partials.data() + (c - 1) * ko;
-                    std::fill(out, out + ko, T(0));
-                    const std::int64_t n0 = c * blocks / chains * block;
-                    const std::int64_t n1 = std::min(d.n, (c + 1) * blocks / chains * block);
+                    T* out = static_cast<T*>(runs.out(c));
+                    std::fill(out, out + bs.k * o, T(0));
+                    const std::int64_t n0 = runs.first_block(c) * p.block;
+                    const std::int64_t n1 = std::min(d.n, runs.last_block(c) * p.block);
                     for (std::int64_t n = n0; n < n1; ++n)
                         for (std::int64_t s = 0; s < bs.count; ++s)
                         {
@@ -170,12 +171,7 @@ namespace xgrad::cpu
                         }
                 }
             });
-            for (std::int64_t c = 1; c < chains; ++c)
-            {
-                const T* part = partials.data() + (c - 1) * ko;
-                for (std::int64_t i = 0; i < ko; ++i)
-                    dw[i] += part[i];
-            }
+            runs.add_partials();
         }
     }
 
@@ -184,15 +180,11 @@ namespace xgrad::cpu
                         std::int64_t block)
     {
         if (direct(d, o, channels_last, dt))
-        {
-            if (dt == dtype::float32)
-                direct_forward(static_cast<float*>(y), static_cast<const float*>(x), x_strides,
-                               static_cast<const float*>(w), static_cast<const float*>(bias), d, o);
-            else
-                direct_forward(static_cast<double*>(y), static_cast<const double*>(x), x_strides,
-                               static_cast<const double*>(w), static_cast<const double*>(bias), d, o);
-            return;
-        }
+            return kernels::visit_compute(dt, [&](auto tag) {
+                using T = decltype(tag);
+                direct_forward(static_cast<T*>(y), static_cast<const T*>(x), x_strides, static_cast<const T*>(w),
+                               static_cast<const T*>(bias), d, o);
+            });
         kernels::conv_blocks::forward(fast_kernels(), over_threads, y, x, x_strides, w, bias, dt, d, o, channels_last,
                                       block);
     }
@@ -209,15 +201,11 @@ namespace xgrad::cpu
                             std::int64_t chains)
     {
         if (direct(d, o, channels_last, dt))
-        {
-            if (dt == dtype::float32)
-                direct_weight_grad(static_cast<float*>(dw), static_cast<const float*>(x), x_strides,
-                                   static_cast<const float*>(dy), d, o, block, chains);
-            else
-                direct_weight_grad(static_cast<double*>(dw), static_cast<const double*>(x), x_strides,
-                                   static_cast<const double*>(dy), d, o, block, chains);
-            return;
-        }
+            return kernels::visit_compute(dt, [&](auto tag) {
+                using T = decltype(tag);
+                direct_weight_grad(static_cast<T*>(dw), static_cast<const T*>(x), x_strides, static_cast<const T*>(dy),
+                                   d, o, block, chains, dt);
+            });
         kernels::conv_blocks::weight_grad(fast_kernels(), over_threads, dw, x, x_strides, dy, dt, d, o, channels_last,
                                           block, chains);
     }
