@@ -9,16 +9,21 @@
 // docs/training_performance.md. A call of one block runs on the caller (parallel_for does not
 // split a range of one), where the kernels it calls use every thread themselves.
 //
-// Channels-last convolutions with few taps (K = c * kh * kw <= simd::conv_taps_max, such as a
-// first layer over one or three input channels) run direct instead, forward and weight
-// gradient: a GEMM with a depth of 9 spends its time packing and in its bias pass and beta = 1
-// re-read of y, not multiplying, and a block's cols matrix (1 MiB) leaves the core's cache.
-// The direct path copies the input rows of a band of about 256 output positions into a
-// zero-padded buffer (a few KiB, in L1) and multiplies them in place with
-// simd::conv_taps_forward_fn / conv_taps_weight_grad_fn, writing y once with its bias. Its weight gradient keeps the contract's runs of blocks
-// (`chains`), each summing its positions in order, so its bits depend on the shape, block and
-// chains only, as the GEMM path's do. The input gradient stays on the GEMM path (a first
-// layer's input seldom needs one). See docs/training_performance.md.
+// Channels-last float convolutions run direct instead where the shapes allow (see direct()
+// and its neighbours below): a first layer's GEMM (K = c * kh * kw <= simd::conv_taps_max,
+// such as one or three input channels) has a depth of 9 and spends its time packing and in
+// its bias pass and beta = 1 re-read of y, not multiplying, and for every layer a block's
+// cols matrix (1 MiB and more) leaves the core's cache. The direct path copies the input rows
+// of a band of about 256 output positions into a zero-padded buffer (a few KiB, in L1) and
+// multiplies them in place with simd::conv_taps_forward_fn / conv_taps_weight_grad_fn,
+// writing y once with its bias. The forward takes up to forward_taps_max taps where there are
+// at least 8 output channels (its register tiles hold positions x whole vectors of channels,
+// and its weights are read from L2 a slice of taps at a time). The weight gradient keeps the
+// contract's runs of blocks (`chains`), each summing its positions in order, so its bits
+// depend on the shape, block and chains only, as the GEMM path's do. The input gradient of a
+// stride-1 convolution is the direct forward of dy with the flipped, transposed weights (see
+// `transposed`); other input gradients stay on the GEMM path. See
+// docs/training_performance.md.
 #include <algorithm>
 #include <vector>
 
@@ -68,18 +73,19 @@ namespace xgrad::cpu
 
             kernels::window2d_dims d;
             std::int64_t k, l, rows, count, in_rows, width, row_step;
-            std::int64_t taps[simd::conv_taps_max] = {};
+            std::vector<std::int64_t> taps;
 
-            /// For a window that direct() takes: k <= simd::conv_taps_max taps, and fit().
+            /// For a window that a direct path takes: fit(), and k at most max_taps.
             explicit bands(const kernels::window2d_dims& dims)
                 : d(dims), k(d.c * d.kh * d.kw), l(d.oh * d.ow), rows(rows_of(d)), count((d.oh + rows - 1) / rows),
                   in_rows((rows - 1) * d.sh + (d.kh - 1) * d.dh + 1),
-                  width(d.ow == 0 ? 0 : (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1), row_step(width * d.c)
+                  width(d.ow == 0 ? 0 : (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1), row_step(width * d.c),
+                  taps(static_cast<std::size_t>(k))
             {
                 for (std::int64_t i = 0, t = 0; i < d.kh; ++i)
                     for (std::int64_t j = 0; j < d.kw; ++j)
                         for (std::int64_t c = 0; c < d.c; ++c)
-                            taps[t++] = i * d.dh * row_step + j * d.dw * d.c + c;
+                            taps[static_cast<std::size_t>(t++)] = i * d.dh * row_step + j * d.dw * d.c + c;
             }
 
             /// A band's buffer, in elements.
@@ -114,13 +120,61 @@ namespace xgrad::cpu
             }
         };
 
-        /// Whether a convolution runs direct (see the top of this file).
-        bool direct(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt)
+        /// Whether a channels-last float convolution of dims d with o output channels and at
+        /// most max_taps taps runs direct (see the top of this file).
+        bool direct(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt,
+                    std::int64_t max_taps)
         {
             const std::int64_t k = d.c * d.kh * d.kw;
-            return channels_last && (dt == dtype::float32 || dt == dtype::float64) && k >= 1 &&
-                   k <= simd::conv_taps_max && o >= 1 && bands::fit(d);
+            return channels_last && (dt == dtype::float32 || dt == dtype::float64) && k >= 1 && k <= max_taps &&
+                   o >= 1 && bands::fit(d);
         }
+        /// The most taps the direct forward takes: its weights (k rows of o, padded) are read
+        /// from the core's L2 once per row of positions, a 24 KiB slice at a time.
+        constexpr std::int64_t forward_taps_max = 4096;
+        /// Beyond conv_taps_max taps, the fewest output channels the direct forward takes: its
+        /// tiles hold whole vectors of channels, and with fewer than 8 most lanes would
+        /// multiply padding, where the GEMM path blocks the other way.
+        constexpr std::int64_t forward_channels_min = 8;
+
+        bool direct_forward_of(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt)
+        {
+            return direct(d, o, channels_last, dt, forward_taps_max) &&
+                   (d.c * d.kh * d.kw <= simd::conv_taps_max || o >= forward_channels_min);
+        }
+
+        /// The direct weight gradient takes at most conv_taps_max taps where o has a tail of
+        /// channels past whole 64-byte vectors (its functor pads them on the stack), and as many
+        /// as the direct forward otherwise.
+        bool direct_weight_grad_of(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt)
+        {
+            const std::int64_t align = dt == dtype::float64 ? simd::conv_weight_align<double>
+                                                            : simd::conv_weight_align<float>;
+            return direct(d, o, channels_last, dt, o % align == 0 ? forward_taps_max : simd::conv_taps_max);
+        }
+
+        /// The input gradient of a stride-1 convolution is itself a convolution, of dy, with
+        /// the window flipped and its channels swapped: dx[h, w, c] is the sum over i, j, q of
+        /// dy[h + ph - i dh, w + pw - j dw, q] w[i, j, c, q], which, with i' = kh - 1 - i, reads
+        /// dy at h - (dh (kh - 1) - ph) + i' dh: a forward window of the same kernel and dilation
+        /// and padding dh (kh - 1) - ph, whose output is x's size. The dims of that convolution,
+        /// and whether it runs direct (the padding must not exceed the window's span, and dx
+        /// must be contiguous channels-last, as direct_forward writes it).
+        struct transposed
+        {
+            kernels::window2d_dims t;
+            bool ok;
+
+            transposed(const kernels::window2d_dims& d, const std::int64_t* dx_strides, std::int64_t o,
+                       bool channels_last, dtype dt)
+                : t{d.n,  o,    d.oh, d.ow, d.kh, d.kw, 1, 1, d.dh * (d.kh - 1) - d.ph, d.dw * (d.kw - 1) - d.pw,
+                    d.dh, d.dw, d.h,  d.w},
+                  ok(channels_last && d.sh == 1 && d.sw == 1 && t.ph >= 0 && t.pw >= 0 && d.h >= 1 && d.w >= 1 &&
+                     dx_strides[1] == 1 && dx_strides[3] == d.c && dx_strides[2] == d.w * d.c &&
+                     dx_strides[0] == d.h * d.w * d.c && direct_forward_of(t, d.c, true, dt))
+            {
+            }
+        };
 
         template <class T>
         void direct_forward(T* y, const T* x, const std::int64_t* xs, const T* w, const T* bias,
@@ -128,6 +182,23 @@ namespace xgrad::cpu
         {
             const bands bs(d);
             const std::int64_t x_step = d.sw * d.c;
+            // The functor reads whole 64-byte batches of each weight row and of the bias: rows
+            // whose length is not a multiple of that are copied into padded ones.
+            constexpr std::int64_t align = simd::conv_weight_align<T>;
+            const std::int64_t w_step = (o + align - 1) / align * align;
+            std::vector<T> padded;
+            if (w_step != o)
+            {
+                padded.assign(static_cast<std::size_t>((bs.k + 1) * w_step), T(0));
+                for (std::int64_t t = 0; t < bs.k; ++t)
+                    std::copy(w + t * o, w + (t + 1) * o, padded.data() + t * w_step);
+                w = padded.data();
+                if (bias != nullptr)
+                {
+                    std::copy(bias, bias + o, padded.data() + bs.k * w_step);
+                    bias = padded.data() + bs.k * w_step;
+                }
+            }
             // Every position is computed alone, so the split over threads changes no bit.
             parallel_for(0, d.n * bs.count, 1, [&](std::int64_t first, std::int64_t last) {
                 std::vector<T> band(static_cast<std::size_t>(bs.elements()));
@@ -138,9 +209,27 @@ namespace xgrad::cpu
                     for (std::int64_t r = 0; r < bs.out_rows(s); ++r)
                         detail::simd_call<simd::conv_taps_forward_fn>(y + (n * bs.l + (s * bs.rows + r) * d.ow) * o,
                                                                       band.data() + r * d.sh * bs.row_step, x_step,
-                                                                      bs.taps, w, bias, d.ow, bs.k, o);
+                                                                      bs.taps.data(), w, w_step, bias, d.ow, bs.k, o);
                 }
             });
+        }
+
+        /// dx through the transposed convolution (tr, see transposed) of dy with the flipped
+        /// weights wt[i', j', q, c] = w[kh - 1 - i', kw - 1 - j', c, q].
+        template <class T>
+        void direct_input_grad(T* dx, const T* dy, const T* w, const kernels::window2d_dims& d, std::int64_t o,
+                               const kernels::window2d_dims& tr)
+        {
+            std::vector<T> wt(static_cast<std::size_t>(d.kh * d.kw * o * d.c));
+            for (std::int64_t i = 0; i < d.kh; ++i)
+                for (std::int64_t j = 0; j < d.kw; ++j)
+                    for (std::int64_t q = 0; q < o; ++q)
+                        for (std::int64_t c = 0; c < d.c; ++c)
+                            wt[static_cast<std::size_t>(((i * d.kw + j) * o + q) * d.c + c)] =
+                                w[(((d.kh - 1 - i) * d.kw + (d.kw - 1 - j)) * d.c + c) * o + q];
+            // dy [n, oh, ow, o] in the (n, c, h, w) order of the kernels' strides.
+            const std::int64_t dys[4] = {d.oh * d.ow * o, 1, d.ow * o, o};
+            direct_forward(dx, dy, dys, wt.data(), static_cast<const T*>(nullptr), tr, d.c);
         }
 
         template <class T>
@@ -164,10 +253,9 @@ namespace xgrad::cpu
                         for (std::int64_t s = 0; s < bs.count; ++s)
                         {
                             bs.copy(band.data(), x + n * xs[0], xs, s);
-                            for (std::int64_t r = 0; r < bs.out_rows(s); ++r)
-                                detail::simd_call<simd::conv_taps_weight_grad_fn>(
-                                    out, band.data() + r * d.sh * bs.row_step, x_step, bs.taps,
-                                    dy + (n * bs.l + (s * bs.rows + r) * d.ow) * o, d.ow, bs.k, o);
+                            detail::simd_call<simd::conv_taps_weight_grad_fn>(
+                                out, band.data(), x_step, bs.taps.data(), dy + (n * bs.l + s * bs.rows * d.ow) * o,
+                                d.ow, bs.out_rows(s), d.sh * bs.row_step, bs.k, o);
                         }
                 }
             });
@@ -179,7 +267,7 @@ namespace xgrad::cpu
                         dtype dt, const kernels::window2d_dims& d, std::int64_t o, bool channels_last,
                         std::int64_t block)
     {
-        if (direct(d, o, channels_last, dt))
+        if (direct_forward_of(d, o, channels_last, dt))
             return kernels::visit_compute(dt, [&](auto tag) {
                 using T = decltype(tag);
                 direct_forward(static_cast<T*>(y), static_cast<const T*>(x), x_strides, static_cast<const T*>(w),
@@ -192,6 +280,11 @@ namespace xgrad::cpu
     void conv2d_input_grad(void* dx, const std::int64_t* dx_strides, const void* dy, const void* w, dtype dt,
                            const kernels::window2d_dims& d, std::int64_t o, bool channels_last, std::int64_t block)
     {
+        if (const transposed tr(d, dx_strides, o, channels_last, dt); tr.ok)
+            return kernels::visit_compute(dt, [&](auto tag) {
+                using T = decltype(tag);
+                direct_input_grad(static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(w), d, o, tr.t);
+            });
         kernels::conv_blocks::input_grad(fast_kernels(), over_threads, dx, dx_strides, dy, w, dt, d, o, channels_last,
                                          block);
     }
@@ -200,7 +293,7 @@ namespace xgrad::cpu
                             const kernels::window2d_dims& d, std::int64_t o, bool channels_last, std::int64_t block,
                             std::int64_t chains)
     {
-        if (direct(d, o, channels_last, dt))
+        if (direct_weight_grad_of(d, o, channels_last, dt))
             return kernels::visit_compute(dt, [&](auto tag) {
                 using T = decltype(tag);
                 direct_weight_grad(static_cast<T*>(dw), static_cast<const T*>(x), x_strides, static_cast<const T*>(dy),

@@ -122,15 +122,22 @@ namespace xgrad::cpu::simd
                         std::int64_t c) const noexcept;
     };
 
-    /// The most taps (K = c * kh * kw) a direct convolution of kernels/conv.cpp takes: its
-    /// functors below keep a padded copy of the weights' last columns on the stack.
+    /// The most taps (K = c * kh * kw) the direct weight gradient below takes: it keeps a
+    /// padded copy of the last columns of dw on the stack.
     constexpr std::int64_t conv_taps_max = 32;
+    /// The row stride, in elements of T, that the forward's weights and bias are padded to a
+    /// multiple of: a whole 64-byte vector, so that every instruction set reads whole batches.
+    template <class T>
+    constexpr std::int64_t conv_weight_align = 64 / static_cast<std::int64_t>(sizeof(T));
 
-    /// A direct convolution along one output row (channels-last, k taps with 1 <= k <=
-    /// conv_taps_max, o output channels) over an input already padded with zeros, so that every
-    /// tap is inside it: position p's tap t is x[p * x_step + taps[t]]. For p < np and j < o,
+    /// A direct convolution along one output row (channels-last, k >= 1 taps, o output
+    /// channels) over an input already padded with zeros, so that every tap is inside it:
+    /// position p's tap t is x[p * x_step + taps[t]]. The weights are k rows of w_step
+    /// elements, w_step a multiple of conv_weight_align<T> and at least o; bias is null or
+    /// w_step elements. The entries beyond o are read (into lanes whose results are
+    /// discarded). For p < np and j < o,
     ///   y[p * o + j] = b_j + x[p * x_step + taps[0]] * w[j] + ...
-    ///                      + x[p * x_step + taps[k - 1]] * w[(k - 1) * o + j],
+    ///                      + x[p * x_step + taps[k - 1]] * w[(k - 1) * w_step + j],
     /// b_j = bias[j] (0 where bias is null), the terms added to b_j in tap order (fused
     /// multiply-adds where the instruction set has them), the same way for every j and p.
     /// ASSIGNS y.
@@ -138,18 +145,22 @@ namespace xgrad::cpu::simd
     {
         template <class Arch, class T>
         void operator()(Arch, T* y, const T* x, std::int64_t x_step, const std::int64_t* taps, const T* w,
-                        const T* bias, std::int64_t np, std::int64_t k, std::int64_t o) const noexcept;
+                        std::int64_t w_step, const T* bias, std::int64_t np, std::int64_t k,
+                        std::int64_t o) const noexcept;
     };
 
-    /// The weight gradient of the same row: dw[t * o + j] += the sum over p < np of
-    /// x[p * x_step + taps[t]] * dy[p * o + j], for t < k and j < o, each dw element's terms
-    /// added to it one at a time in p order (fused multiply-adds where the instruction set has
-    /// them). ACCUMULATES into dw.
+    /// The weight gradient of `rows` such rows: dw[t * o + j] += the sum over r < rows and
+    /// p < np of x[r * x_row + p * x_step + taps[t]] * dy[(r * np + p) * o + j], for t < k and
+    /// j < o, each dw element's terms added to it one at a time in (r, p) order (fused
+    /// multiply-adds where the instruction set has them). k is at most conv_taps_max unless o
+    /// is a multiple of conv_weight_align<T>: the last o % lanes channels go through a padded
+    /// copy of dw's columns on the stack. ACCUMULATES into dw.
     struct conv_taps_weight_grad_fn
     {
         template <class Arch, class T>
         void operator()(Arch, T* dw, const T* x, std::int64_t x_step, const std::int64_t* taps, const T* dy,
-                        std::int64_t np, std::int64_t k, std::int64_t o) const noexcept;
+                        std::int64_t np, std::int64_t rows, std::int64_t x_row, std::int64_t k,
+                        std::int64_t o) const noexcept;
     };
 
     /// The kernel sgd_step (backends/common/kernel_list.hpp) on n contiguous elements of the
@@ -208,11 +219,11 @@ namespace xgrad::cpu::simd
         ARCH, T*, std::int64_t, const T*, std::int64_t, const std::int64_t*, std::int64_t, const std::int64_t*,        \
         std::int64_t, std::int64_t, std::int64_t) const noexcept;                                                      \
     EXTERN template void xgrad::cpu::simd::conv_taps_forward_fn::operator()<ARCH, T>(                                  \
-        ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, const T*, std::int64_t, std::int64_t,         \
-        std::int64_t) const noexcept;                                                                                  \
+        ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, std::int64_t, const T*, std::int64_t,         \
+        std::int64_t, std::int64_t) const noexcept;                                                                    \
     EXTERN template void xgrad::cpu::simd::conv_taps_weight_grad_fn::operator()<ARCH, T>(                              \
-        ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, std::int64_t, std::int64_t, std::int64_t)     \
-        const noexcept;
+        ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, std::int64_t, std::int64_t, std::int64_t,     \
+        std::int64_t, std::int64_t) const noexcept;
 
 #define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \
     XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                               \

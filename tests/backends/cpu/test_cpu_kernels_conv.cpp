@@ -5,7 +5,8 @@
 // strided x and dx, with and without bias, float32 and float64, blocks of one image, of a few
 // with a remainder and of the whole batch, one to all weight-gradient runs, at every SIMD level
 // and 1 and 3 threads; channels-last convolutions with few taps (the direct path of
-// kernels/conv.cpp) over tap and output channel counts around its limits and vector widths;
+// kernels/conv.cpp) over tap and output channel counts around its limits and vector widths,
+// and with many (its direct forward and input gradient) around theirs;
 // and the fast kernels' bits at 1, 2 and 3 threads.
 //
 // Tolerance: each output element is a sum of at most T = K + O * KH * KW + N * L + 1 products
@@ -112,11 +113,14 @@ namespace
     /// A channels-last window with c input channels and a kh x kw kernel (random sizes,
     /// strides, padding and dilation otherwise): K = c * kh * kw taps, which decides whether
     /// the direct path (K <= 32) or the GEMM path runs.
-    window2d_dims window_with_taps(std::mt19937_64& gen, std::int64_t c, std::int64_t kh, std::int64_t kw)
+    window2d_dims window_with_taps(std::mt19937_64& gen, std::int64_t c, std::int64_t kh, std::int64_t kw,
+                                   bool stride_one = false)
     {
         for (;;)
         {
             window2d_dims d = random_window(gen, window_ranges{1, 4, {c}, 1, 12, 1, 3, 2, 2});
+            if (stride_one)
+                d.sh = d.sw = 1;
             d.kh = kh;
             d.kw = kw;
             d.oh = (d.h + 2 * d.ph - (kh - 1) * d.dh - 1) / d.sh + 1;
@@ -169,12 +173,15 @@ namespace
         }
     }
 
+    /// dx_kind: dx's layout, random where it is out_layouts.size().
     template <class T>
-    void check_conv_operands(std::mt19937_64& gen, const operands<T>& p)
+    void check_conv_operands(std::mt19937_64& gen, const operands<T>& p, std::size_t dx_kind = out_layouts.size())
     {
         const bool cl = p.cl;
         const bool with_bias = gen() % 2 == 0;
-        const auto dx_layout = make_view<T>(p.image_shape(), out_layouts[gen() % out_layouts.size()], gen, T(0));
+        const layout dx_kind_used = dx_kind < out_layouts.size() ? out_layouts[dx_kind]
+                                                                 : out_layouts[gen() % out_layouts.size()];
+        const auto dx_layout = make_view<T>(p.image_shape(), dx_kind_used, gen, T(0));
         INFO(describe(p.d, p.o, cl), " bias ", with_bias, " x ", p.x.describe(), " dx ", dx_layout.describe());
         const auto& ref = cpu::reference_kernels();
         const outputs<T> want = run(ref, p, dx_layout, with_bias, p.d.n, 1, garbage_reference<T>());
@@ -271,18 +278,60 @@ TEST_CASE("cpu kernels: channels-last convolutions with few taps (the direct pat
     }
 }
 
+TEST_CASE("cpu kernels: channels-last convolutions with many taps (the direct forward and input gradient) match "
+          "the reference")
+{
+    // Past conv_taps_max the forward runs direct where there are at least 8 output channels
+    // (1 and 7 take the GEMM path), in register tiles of 4 (AVX-512) or 2 batches of channels
+    // by up to 12 positions and in slices of taps: K from 72 to 576 (more than one slice at
+    // every level), output channel counts at 8, a 17 with a tail, the widest tile (64 float32
+    // at AVX-512) and one past it. Stride 1 with a contiguous dx: the input gradient runs
+    // direct too, as the forward convolution of dy with the flipped window, where the padding
+    // is at most the window's span (a 1 x 3 kernel with padding takes the GEMM path) and there
+    // are at least 8 input channels (3 takes the GEMM path). A quarter of the cases have random
+    // strides and a random layout of dx, so their input gradient takes the GEMM path.
+    struct taps_case
+    {
+        std::int64_t c, kh, kw;
+    };
+    const taps_case taps[] = {{8, 3, 3}, {32, 3, 3}, {3, 5, 5}, {16, 1, 3}, {64, 3, 3}};
+    const std::int64_t outs[] = {1, 7, 8, 17, 64, 65};
+    settings_guard guard;
+    for (const int threads : {1, 3})
+    {
+        xgrad::set_num_threads(threads);
+        for (const auto level : simd_levels())
+        {
+            cpu::limit_simd_level(level);
+            std::mt19937_64 gen(17);
+            for (const auto& t : taps)
+                for (const std::int64_t o : outs)
+                {
+                    INFO("SIMD level ", level_name(level), ", ", threads, " thread(s), K ", t.c * t.kh * t.kw);
+                    const bool stride_one = gen() % 4 != 0;
+                    const window2d_dims d = window_with_taps(gen, t.c, t.kh, t.kw, stride_one);
+                    check_conv_operands(gen, random_operands<float>(gen, true, d, o), stride_one ? 0 : 3);
+                    if (o % 8 == 1)
+                        check_conv_operands(gen, random_operands<double>(gen, true, d, o), 0);
+                }
+        }
+    }
+}
+
 TEST_CASE("cpu kernels: the convolution kernels give the same bits at every thread count")
 {
     settings_guard guard;
     std::mt19937_64 gen(12);
-    for (int rep = 0; rep < 7; ++rep)
+    for (int rep = 0; rep < 8; ++rep)
         for (const bool cl : {false, true})
         {
-            // The last round: the example's first layer (the direct path in channels-last).
+            // The last rounds: the example's first and second layers (the direct paths in
+            // channels-last).
             const operands<float> p =
-                rep < 6
-                    ? random_operands<float>(gen, cl)
-                    : random_operands<float>(gen, cl, window2d_dims{9, 1, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}, 32);
+                rep < 6 ? random_operands<float>(gen, cl)
+                : rep == 6
+                    ? random_operands<float>(gen, cl, window2d_dims{9, 1, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}, 32)
+                    : random_operands<float>(gen, cl, window2d_dims{5, 32, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14}, 64);
             const auto dx_layout = make_view<float>(p.image_shape(), layout::contiguous, gen, 0.0f);
             INFO(describe(p.d, p.o, cl));
             const std::int64_t block = std::max<std::int64_t>(1, p.d.n / 3);
