@@ -156,20 +156,22 @@ namespace xgrad::cpu
                     for (std::int64_t i = 0; i < d.kh; ++i)
                         for (std::int64_t j = 0; j < d.kw; ++j)
                             offsets[static_cast<std::size_t>(i * d.kw + j)] = i * step_i + j * step_j;
-                    const std::int64_t windows = d.n * d.oh * d.ow;
-                    parallel_for(0, windows, std::max<std::int64_t>(1, grain / std::max<std::int64_t>(1, taps * d.c)),
+                    // One output row (n, oh) per call: inside the input, window ow starts
+                    // ow * sw columns after window 0.
+                    const std::int64_t x_step = d.sw * x_strides[3];
+                    parallel_for(0, d.n * d.oh,
+                                 std::max<std::int64_t>(1, grain / std::max<std::int64_t>(1, taps * d.c * d.ow)),
                                  [&](std::int64_t b, std::int64_t e) {
                                      for (std::int64_t q = b; q < e; ++q)
                                      {
-                                         const std::int64_t n = q / (d.oh * d.ow), r = q % (d.oh * d.ow);
-                                         const std::int64_t oh = r / d.ow, ow = r % d.ow;
+                                         const std::int64_t n = q / d.oh, oh = q % d.oh;
                                          const std::int64_t origin = n * x_strides[0] +
                                                                      rows[static_cast<std::size_t>(oh)].offset +
-                                                                     cols[static_cast<std::size_t>(ow)].offset;
+                                                                     cols[0].offset;
                                          simd_call<simd::max_pool_taps_fn>(
-                                             op + n * out_strides[0] + oh * out_strides[2] + ow * out_strides[3],
-                                             idx + n * idx_strides[0] + oh * idx_strides[2] + ow * idx_strides[3],
-                                             xp + origin, offsets.data(), taps, origin, d.c);
+                                             op + n * out_strides[0] + oh * out_strides[2], out_strides[3],
+                                             idx + n * idx_strides[0] + oh * idx_strides[2], idx_strides[3],
+                                             xp + origin, x_step, offsets.data(), taps, origin, d.c, d.ow);
                                      }
                                  });
                     return;

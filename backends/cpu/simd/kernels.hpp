@@ -96,15 +96,18 @@ namespace xgrad::cpu::simd
                         std::int64_t base, std::int64_t n) const noexcept;
     };
 
-    /// Max pooling across a contiguous run of n channels (channels-last): window tap k < ntaps
-    /// (ntaps >= 1, in (kh, kw) order) reads x[offsets[k] + j] for channel j; out[j] = the
-    /// maximum over the taps, idx[j] = base + offsets[k] + j for the chosen k, by the rule of
+    /// Max pooling across contiguous runs of n channels (channels-last), for `windows` windows
+    /// of one output row: window w reads x + w * x_step and writes out + w * out_step and
+    /// idx + w * idx_step. Its tap k < ntaps (ntaps >= 1, in (kh, kw) order) reads
+    /// x[w * x_step + offsets[k] + j] for channel j; out[j] = the maximum over the taps,
+    /// idx[j] = base + w * x_step + offsets[k] + j for the chosen k, by the rule of
     /// max_pool_2x2_row_fn. ASSIGNS out and idx.
     struct max_pool_taps_fn
     {
         template <class Arch, class T>
-        void operator()(Arch, T* out, std::int64_t* idx, const T* x, const std::int64_t* offsets, std::int64_t ntaps,
-                        std::int64_t base, std::int64_t n) const noexcept;
+        void operator()(Arch, T* out, std::int64_t out_step, std::int64_t* idx, std::int64_t idx_step, const T* x,
+                        std::int64_t x_step, const std::int64_t* offsets, std::int64_t ntaps, std::int64_t base,
+                        std::int64_t n, std::int64_t windows) const noexcept;
     };
 
     /// Max pooling's gradient along one input row (n, h) of a channels-last image whose c
@@ -213,8 +216,8 @@ namespace xgrad::cpu::simd
         ARCH, T*, std::int64_t*, const T*, const std::int32_t*, std::int32_t, std::int64_t, std::int64_t)              \
         const noexcept;                                                                                                \
     EXTERN template void xgrad::cpu::simd::max_pool_taps_fn::operator()<ARCH, T>(                                      \
-        ARCH, T*, std::int64_t*, const T*, const std::int64_t*, std::int64_t, std::int64_t, std::int64_t)              \
-        const noexcept;                                                                                                \
+        ARCH, T*, std::int64_t, std::int64_t*, std::int64_t, const T*, std::int64_t, const std::int64_t*,              \
+        std::int64_t, std::int64_t, std::int64_t, std::int64_t) const noexcept;                                        \
     EXTERN template void xgrad::cpu::simd::max_pool_grad_row_fn::operator()<ARCH, T>(                                  \
         ARCH, T*, std::int64_t, const T*, std::int64_t, const std::int64_t*, std::int64_t, const std::int64_t*,        \
         std::int64_t, std::int64_t, std::int64_t) const noexcept;                                                      \
