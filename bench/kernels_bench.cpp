@@ -295,7 +295,7 @@ namespace
             if (scatter)
                 k.put_add(d.out.data(), n, pooled().data(), positions().data(), dtype::float32, n / 4);
             else
-                k.max_pool2d_grad(d.out.data(), pc.xs, pooled().data(), pc.os, positions().data(), pc.os,
+                k.max_pool2d_grad(d.out.data(), pc.xs, pooled().data(), pc.os, positions().data(), pc.os, nullptr,
                                   dtype::float32, pc.dims);
             benchmark::ClobberMemory();
         }

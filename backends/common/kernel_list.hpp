@@ -102,11 +102,13 @@ namespace xgrad::kernels
     /// window (oh, ow) and idx[n, c, oh, ow] (idx_strides) equals its offset n * dx_strides[0] +
     /// c * dx_strides[1] + h * dx_strides[2] + w * dx_strides[3], and +0 everywhere else. With
     /// idx as max_pool2d wrote it for an x of dx's strides, that is put_add(g, idx) (its bits,
-    /// -0 terms included), written in one pass over dx with no zero fill before it. ASSIGNS
-    /// every element of dx.
+    /// -0 terms included), written in one pass over dx with no zero fill before it. y: null,
+    /// or the pooled output of a ReLU-fused forward (dtype dt, laid out as idx, idx_strides),
+    /// whose window contributes its term only where y > 0 (+0 otherwise, NaN included): ReLU's
+    /// mask at the chosen element, applied as g is read. ASSIGNS every element of dx.
     using max_pool2d_grad_fn = void(void* dx, const std::int64_t* dx_strides, const void* g,
                                     const std::int64_t* g_strides, const std::int64_t* idx,
-                                    const std::int64_t* idx_strides, dtype dt, const window2d_dims& d);
+                                    const std::int64_t* idx_strides, const void* y, dtype dt, const window2d_dims& d);
     /// out[i] = x[idx[i]] for i < n (out, idx contiguous; x holds x_numel elements). Returns the
     /// first i whose idx is outside [0, x_numel), or -1 (out is then complete).
     using take_fn = std::int64_t(void* out, const void* x, std::int64_t x_numel, const std::int64_t* idx, dtype dt,

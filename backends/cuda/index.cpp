@@ -272,7 +272,7 @@ namespace xgrad::cuda
         /// it (0 + g, in put_add's sum type, so the bits are put_add's).
         template <class T>
         void max_pool_grad_typed(void* dx, const strides4 xs, const void* g, const strides4 gs, const std::int64_t* idx,
-                                 const strides4 is, const window2d_dims d)
+                                 const strides4 is, const void* y, const window2d_dims d)
         {
             using E = detail::element<T>;
             using A = typename sum_type<T>::type;
@@ -285,7 +285,8 @@ namespace xgrad::cuda
                 const std::int64_t oh = kernels::disjoint_window_of(ix[2], d.sh, d.ph, d.dh, d.kh, d.oh);
                 const std::int64_t ow = kernels::disjoint_window_of(ix[3], d.sw, d.pw, d.dw, d.kw, d.ow);
                 A v = A(0);
-                if (oh >= 0 && ow >= 0 && idx[ix[0] * is.s[0] + ix[1] * is.s[1] + oh * is.s[2] + ow * is.s[3]] == at)
+                const std::int64_t win = ix[0] * is.s[0] + ix[1] * is.s[1] + oh * is.s[2] + ow * is.s[3];
+                if (oh >= 0 && ow >= 0 && idx[win] == at && (y == nullptr || E::load(y, win) > A(0)))
                     v = A(0) + E::load(g, ix[0] * gs.s[0] + ix[1] * gs.s[1] + oh * gs.s[2] + ow * gs.s[3]);
                 E::store(dx, at, v);
             });
@@ -326,7 +327,7 @@ namespace xgrad::cuda
     }
 
     void max_pool2d_grad(void* dx, const std::int64_t* dx_strides, const void* g, const std::int64_t* g_strides,
-                         const std::int64_t* idx, const std::int64_t* idx_strides, dtype dt,
+                         const std::int64_t* idx, const std::int64_t* idx_strides, const void* y, dtype dt,
                          const kernels::window2d_dims& d)
     {
         // No element, nothing to write (and n * c * h * w is then a product that may overflow).
@@ -337,10 +338,10 @@ namespace xgrad::cuda
         const strides4 is{{idx_strides[0], idx_strides[1], idx_strides[2], idx_strides[3]}};
         switch (dt)
         {
-        case dtype::float32: return max_pool_grad_typed<float>(dx, xs, g, gs, idx, is, d);
-        case dtype::float64: return max_pool_grad_typed<double>(dx, xs, g, gs, idx, is, d);
-        case dtype::float16: return max_pool_grad_typed<float16_t>(dx, xs, g, gs, idx, is, d);
-        case dtype::bfloat16: return max_pool_grad_typed<bfloat16_t>(dx, xs, g, gs, idx, is, d);
+        case dtype::float32: return max_pool_grad_typed<float>(dx, xs, g, gs, idx, is, y, d);
+        case dtype::float64: return max_pool_grad_typed<double>(dx, xs, g, gs, idx, is, y, d);
+        case dtype::float16: return max_pool_grad_typed<float16_t>(dx, xs, g, gs, idx, is, y, d);
+        case dtype::bfloat16: return max_pool_grad_typed<bfloat16_t>(dx, xs, g, gs, idx, is, y, d);
         case dtype::int64: break;
         }
         throw xgrad::invalid_argument("cuda::max_pool2d_grad: the dtype must be floating point");

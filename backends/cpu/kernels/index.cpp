@@ -253,7 +253,7 @@ namespace xgrad::cpu
     }
 
     void max_pool2d_grad(void* dx, const std::int64_t* dx_strides, const void* g, const std::int64_t* g_strides,
-                         const std::int64_t* idx, const std::int64_t* idx_strides, dtype dt,
+                         const std::int64_t* idx, const std::int64_t* idx_strides, const void* y, dtype dt,
                          const kernels::window2d_dims& d)
     {
         if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0)
@@ -275,13 +275,16 @@ namespace xgrad::cpu
             using S = decltype(stats);
             T* out = static_cast<T*>(dx);
             const T* gp = static_cast<const T*>(g);
+            const T* yp = static_cast<const T*>(y);
             const T zero = detail::convert<T>(S(0));
+            // Whether window offset `win` (in idx's layout) passes the ReLU mask.
+            const auto open = [&](std::int64_t win) { return !yp || detail::widen<S>(yp[win]) > S(0); };
             // The element at (n, c, h, w), whose window is (oh, ow) (both >= 0).
             const auto chosen = [&](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t oh,
                                     std::int64_t ow) {
                 const std::int64_t at = n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3];
                 const std::int64_t win = n * is[0] + c * is[1] + oh * is[2] + ow * is[3];
-                return idx[win] == at
+                return idx[win] == at && open(win)
                            ? detail::convert<T>(S(0) +
                                                 detail::widen<S>(gp[n * gs[0] + c * gs[1] + oh * gs[2] + ow * gs[3]]))
                            : zero;
@@ -301,8 +304,9 @@ namespace xgrad::cpu
 #ifndef XGRAD_CPU_SCALAR_ONLY
                             if (runs && oh >= 0)
                             {
+                                const std::int64_t win = n * is[0] + oh * is[2];
                                 simd_call<simd::max_pool_grad_row_fn>(out + base, xs[3], gp + n * gs[0] + oh * gs[2],
-                                                                      gs[3], idx + n * is[0] + oh * is[2], is[3],
+                                                                      gs[3], idx + win, is[3], yp ? yp + win : nullptr,
                                                                       window_col.data(), base, d.w, d.c);
                                 continue;
                             }
@@ -336,7 +340,8 @@ namespace xgrad::cpu
                                  const std::int64_t oh = window_row[static_cast<std::size_t>(h)];
                                  if (oh < 0)
                                      continue;
-                                 const std::int64_t* ip = idx + n * is[0] + c * is[1] + oh * is[2];
+                                 const std::int64_t win = n * is[0] + c * is[1] + oh * is[2];
+                                 const std::int64_t* ip = idx + win;
                                  const T* gq = gp + n * gs[0] + c * gs[1] + oh * gs[2];
                                  for (std::int64_t ow = 0; ow < d.ow; ++ow)
                                  {
@@ -344,7 +349,8 @@ namespace xgrad::cpu
                                      if (off < 0)
                                          continue;
                                      const std::int64_t w = xs[3] == 1 ? off : (xs[3] > 0 ? off / xs[3] : 0);
-                                     if (w < d.w && w * xs[3] == off && window_col[static_cast<std::size_t>(w)] == ow)
+                                     if (w < d.w && w * xs[3] == off && window_col[static_cast<std::size_t>(w)] == ow &&
+                                         open(win + ow * is[3]))
                                          row[off] = detail::convert<T>(S(0) + detail::widen<S>(gq[ow * gs[3]]));
                                  }
                              }

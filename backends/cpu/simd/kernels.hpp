@@ -114,15 +114,17 @@ namespace xgrad::cpu::simd
     /// channels are contiguous in dx, g and idx (the kernel max_pool2d_grad's common case):
     /// for each column w < width whose window is ow = window[w] >= 0, dx[w * dx_step + j] =
     /// 0 + g[ow * g_step + j] where idx[ow * idx_step + j] == pos + w * dx_step + j (the window
-    /// chose this position for channel j), +0 otherwise; +0 in the columns with window[w] < 0.
+    /// chose this position for channel j) and, where y is not null, y[ow * idx_step + j] > 0
+    /// (the ReLU mask of a fused forward's pooled output), +0 otherwise; +0 in the columns with
+    /// window[w] < 0.
     /// One call per row: the channel runs are short (32 or 64 in a small CNN), too short to
     /// pay a dispatch each. ASSIGNS the row.
     struct max_pool_grad_row_fn
     {
         template <class Arch, class T>
         void operator()(Arch, T* dx, std::int64_t dx_step, const T* g, std::int64_t g_step, const std::int64_t* idx,
-                        std::int64_t idx_step, const std::int64_t* window, std::int64_t pos, std::int64_t width,
-                        std::int64_t c) const noexcept;
+                        std::int64_t idx_step, const T* y, const std::int64_t* window, std::int64_t pos,
+                        std::int64_t width, std::int64_t c) const noexcept;
     };
 
     /// The most taps (K = c * kh * kw) the direct weight gradient below takes: it keeps a
@@ -219,8 +221,8 @@ namespace xgrad::cpu::simd
         ARCH, T*, std::int64_t, std::int64_t*, std::int64_t, const T*, std::int64_t, const std::int64_t*,              \
         std::int64_t, std::int64_t, std::int64_t, std::int64_t) const noexcept;                                        \
     EXTERN template void xgrad::cpu::simd::max_pool_grad_row_fn::operator()<ARCH, T>(                                  \
-        ARCH, T*, std::int64_t, const T*, std::int64_t, const std::int64_t*, std::int64_t, const std::int64_t*,        \
-        std::int64_t, std::int64_t, std::int64_t) const noexcept;                                                      \
+        ARCH, T*, std::int64_t, const T*, std::int64_t, const std::int64_t*, std::int64_t, const T*,                   \
+        const std::int64_t*, std::int64_t, std::int64_t, std::int64_t) const noexcept;                                 \
     EXTERN template void xgrad::cpu::simd::conv_taps_forward_fn::operator()<ARCH, T>(                                  \
         ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, std::int64_t, const T*, std::int64_t,         \
         std::int64_t, std::int64_t) const noexcept;                                                                    \

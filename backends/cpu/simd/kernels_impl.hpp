@@ -499,30 +499,47 @@ namespace xgrad::cpu::simd
         }
     }
 
+    namespace impl
+    {
+        /// max_pool_grad_row_fn's loops, with (Masked) or without the ReLU mask y > 0.
+        template <bool Masked, class T>
+        void max_pool_grad_row(T* dx, std::int64_t dx_step, const T* g, std::int64_t g_step, const std::int64_t* idx,
+                               std::int64_t idx_step, const T* y, const std::int64_t* window, std::int64_t pos,
+                               std::int64_t width, std::int64_t c) noexcept
+        {
+            for (std::int64_t w = 0; w < width; ++w)
+            {
+                T* __restrict o = dx + w * dx_step;
+                const std::int64_t ow = window[w];
+                if (ow < 0)
+                {
+                    for (std::int64_t j = 0; j < c; ++j)
+                        o[j] = T(0);
+                    continue;
+                }
+                const T* __restrict gw = g + ow * g_step;
+                const T* __restrict yw = Masked ? y + ow * idx_step : nullptr;
+                const std::int64_t* __restrict iw = idx + ow * idx_step;
+                const std::int64_t p = pos + w * dx_step;
+                for (std::int64_t j = 0; j < c; ++j)
+                    o[j] = iw[j] == p + j && (!Masked || yw[j] > T(0)) ? T(0) + gw[j] : T(0);
+            }
+        }
+    }
+
     template <class Arch, class T>
     void max_pool_grad_row_fn::operator()(Arch, T* dx, std::int64_t dx_step, const T* g, std::int64_t g_step,
-                                          const std::int64_t* idx, std::int64_t idx_step, const std::int64_t* window,
-                                          std::int64_t pos, std::int64_t width, std::int64_t c) const noexcept
+                                          const std::int64_t* idx, std::int64_t idx_step, const T* y,
+                                          const std::int64_t* window, std::int64_t pos, std::int64_t width,
+                                          std::int64_t c) const noexcept
     {
         // Plain channel loops that the compiler vectorises at each level (a 64-bit compare
-        // selecting between the term and zero); 0 + g keeps put_add's sum, which turns -0
-        // into +0.
-        for (std::int64_t w = 0; w < width; ++w)
-        {
-            T* __restrict o = dx + w * dx_step;
-            const std::int64_t ow = window[w];
-            if (ow < 0)
-            {
-                for (std::int64_t j = 0; j < c; ++j)
-                    o[j] = T(0);
-                continue;
-            }
-            const T* __restrict gw = g + ow * g_step;
-            const std::int64_t* __restrict iw = idx + ow * idx_step;
-            const std::int64_t p = pos + w * dx_step;
-            for (std::int64_t j = 0; j < c; ++j)
-                o[j] = iw[j] == p + j ? T(0) + gw[j] : T(0);
-        }
+        // selecting between the term and zero, and with y a second compare); 0 + g keeps
+        // put_add's sum, which turns -0 into +0.
+        if (y)
+            impl::max_pool_grad_row<true>(dx, dx_step, g, g_step, idx, idx_step, y, window, pos, width, c);
+        else
+            impl::max_pool_grad_row<false>(dx, dx_step, g, g_step, idx, idx_step, y, window, pos, width, c);
     }
     // The direct convolution's products (kernels/conv.cpp): xsimd batches across output
     // channels, each tap's input broadcast. The last o % lanes channels go through the same

@@ -195,7 +195,7 @@ namespace xgrad
             const auto is = detail::image_strides(idx.strides(), channels_last);
             detail::backend_for(g.device())
                 .max_pool2d_grad(dx.data_ptr(), xs.data(), gc.data_ptr(), gs.data(), idx.data<std::int64_t>(),
-                                 is.data(), g.dtype(), d);
+                                 is.data(), nullptr, g.dtype(), d);
             record("max_pool2d_grad", {g}, {dx}, [idx](function_node&, const std::vector<tensor>& gg) {
                 return std::vector<tensor>{take(gg[0], idx)};
             });

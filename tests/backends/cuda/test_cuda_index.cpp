@@ -320,13 +320,21 @@ TEST_CASE("cuda index kernels: max_pool2d_grad writes the CPU's bits over disjoi
                 for (double& e : gv)
                     e = gen() % 5 == 0 ? -0.0 : e;
                 const tensor g = from_host(gv.data(), {gl.storage}, dtype::float64).to(dt);
-                tensor want = filled(xl.storage, nan_value, dt);
-                const tensor got = filled(xl.storage, nan_value, dt).to(gpu), gd = g.to(gpu), idxd = idx.to(gpu);
-                cpu_kernels().max_pool2d_grad(want.data_ptr(), xl.strides.data(), g.data_ptr(), gl.strides.data(),
-                                              idx.data<std::int64_t>(), il.strides.data(), dt, d);
-                dev_kernels().max_pool2d_grad(got.data_ptr(), xl.strides.data(), gd.data_ptr(), gl.strides.data(),
-                                              idxd.data<std::int64_t>(), il.strides.data(), dt, d);
-                check_same_bits(want, got, "max_pool2d_grad");
+                // Without and with the ReLU mask (the maxima as the fused forward's pooled y, in
+                // idx's layout: ties at and below 0 included).
+                const tensor yd = maxima.to(gpu);
+                for (const bool masked : {false, true})
+                {
+                    tensor want = filled(xl.storage, nan_value, dt);
+                    const tensor got = filled(xl.storage, nan_value, dt).to(gpu), gd = g.to(gpu), idxd = idx.to(gpu);
+                    cpu_kernels().max_pool2d_grad(want.data_ptr(), xl.strides.data(), g.data_ptr(), gl.strides.data(),
+                                                  idx.data<std::int64_t>(), il.strides.data(),
+                                                  masked ? maxima.data_ptr() : nullptr, dt, d);
+                    dev_kernels().max_pool2d_grad(got.data_ptr(), xl.strides.data(), gd.data_ptr(), gl.strides.data(),
+                                                  idxd.data<std::int64_t>(), il.strides.data(),
+                                                  masked ? yd.data_ptr() : nullptr, dt, d);
+                    check_same_bits(want, got, masked ? "max_pool2d_grad (ReLU mask)" : "max_pool2d_grad");
+                }
             }
     }
 }

@@ -230,7 +230,8 @@ TEST_CASE("max_pool2d kernel: every window shape, layout and SIMD level against 
     }
 }
 
-TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every layout, SIMD level and thread count")
+TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, with and without the ReLU mask, every layout, "
+          "SIMD level and thread count")
 {
     // The op's backward over windows that do not overlap: the kernel must write exactly what the
     // zero fill plus put_add(g, idx) writes (0 + g at each chosen position, +0 elsewhere, -0
@@ -308,21 +309,38 @@ TEST_CASE("max_pool2d_grad kernel: put_add's bits over disjoint windows, every l
                                         g_at[static_cast<std::size_t>(a * gs[0] + b * gs[1] + y * gs[2] + z * gs[3])] =
                                             e;
                                     }
-                        const tensor gi = from_host(g_idx.data(), {count}, dtype::float64).to(dt);
                         const tensor ga = from_host(g_at.data(), {count}, dtype::float64).to(dt);
+                        // The ReLU mask: y in idx's layout, the maxima less 2 (values -2..2, so
+                        // zeros, both signs and ties), one in 11 NaN; masked, put_add sums
+                        // where(y > 0, g, 0) instead (+0 for a masked -0 term too).
+                        std::vector<double> y_idx(static_cast<std::size_t>(count));
+                        const std::vector<double> m = to_vector(maxima);
+                        for (std::size_t i = 0; i < y_idx.size(); ++i)
+                            y_idx[i] = gen() % 11 == 0 ? std::nan("") : m[i] - 2.0;
+                        const tensor yt = from_host(y_idx.data(), {count}, dtype::float64).to(dt);
                         const std::size_t bytes = static_cast<std::size_t>(numel) * itemsize(dt);
-                        std::vector<unsigned char> want(bytes, 0xff);
-                        REQUIRE(cpu::put_add(want.data(), numel, gi.data_ptr(), idx.data(), dt, count) == -1);
-                        for (const cpu::simd_level level : cpu_kernels_test::simd_levels())
-                            for (const int threads : {1, 2, 3})
-                            {
-                                cpu::limit_simd_level(level);
-                                set_num_threads(threads);
-                                std::vector<unsigned char> got(bytes, 0xff); // NaN in every dtype
-                                cpu::max_pool2d_grad(got.data(), xs.data(), ga.data_ptr(), gs.data(), idx.data(),
-                                                     is.data(), dt, d);
-                                CHECK_MESSAGE(got == want, cpu_kernels_test::level_name(level), " threads ", threads);
-                            }
+                        for (const bool masked : {false, true})
+                        {
+                            std::vector<double> terms = g_idx;
+                            if (masked)
+                                for (std::size_t i = 0; i < terms.size(); ++i)
+                                    if (!(y_idx[i] > 0)) // as rounded to dt: -2..2 and NaN are exact
+                                        terms[i] = 0.0;
+                            const tensor gi = from_host(terms.data(), {count}, dtype::float64).to(dt);
+                            std::vector<unsigned char> want(bytes, 0xff);
+                            REQUIRE(cpu::put_add(want.data(), numel, gi.data_ptr(), idx.data(), dt, count) == -1);
+                            for (const cpu::simd_level level : cpu_kernels_test::simd_levels())
+                                for (const int threads : {1, 2, 3})
+                                {
+                                    cpu::limit_simd_level(level);
+                                    set_num_threads(threads);
+                                    std::vector<unsigned char> got(bytes, 0xff); // NaN in every dtype
+                                    cpu::max_pool2d_grad(got.data(), xs.data(), ga.data_ptr(), gs.data(), idx.data(),
+                                                         is.data(), masked ? yt.data_ptr() : nullptr, dt, d);
+                                    CHECK_MESSAGE(got == want, cpu_kernels_test::level_name(level), " threads ",
+                                                  threads, masked ? " masked" : "");
+                                }
+                        }
                     }
 }
 
