@@ -200,7 +200,14 @@ namespace xgrad::nn
 
     tensor batch_norm_base::forward_relu(const tensor& x) { return run(x, true); }
 
-    tensor batch_norm_base::run(const tensor& x, bool relu)
+    tensor batch_norm_base::run(const tensor& x, bool relu) { return run_impl(x, relu, nullptr); }
+
+    tensor batch_norm_base::run_relu_max_pool(const tensor& x, const pool2d_params& pool)
+    {
+        return run_impl(x, true, &pool);
+    }
+
+    tensor batch_norm_base::run_impl(const tensor& x, bool relu, const pool2d_params* pool)
     {
         check_input(x);
         const bool track = m_options.track_running_stats;
@@ -226,8 +233,10 @@ namespace xgrad::nn
         const tensor mean = track ? running_mean() : m_no_stats;
         const tensor variance = track ? running_var() : m_no_stats;
 
-        const batch_norm_forward_result r = relu ? fused_batch_norm_relu(x, sc, oc, mean, variance, attrs)
-                                                 : fused_batch_norm(x, sc, oc, mean, variance, attrs);
+        const batch_norm_forward_result r = pool   ? fused_batch_norm_relu_max_pool2d(x, sc, oc, mean, variance, attrs,
+                                                                                      *pool)
+                                            : relu ? fused_batch_norm_relu(x, sc, oc, mean, variance, attrs)
+                                                   : fused_batch_norm(x, sc, oc, mean, variance, attrs);
         if (update && values_per_channel > 0)
         {
             no_grad guard;

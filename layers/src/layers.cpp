@@ -319,11 +319,25 @@ namespace xgrad::nn
         for (std::size_t i = 0; i < children.size(); ++i)
         {
             const auto& [n, c] = children[i];
+            std::string where = n; // the children an error is reported in
             try
             {
-                // batch_norm2d/3d then relu: one fused op (the same result, see sequential.hpp).
+                // batch_norm2d/3d then relu (then max_pool2d): one fused op (the same result,
+                // see sequential.hpp).
                 batch_norm_base* bn = fused_relu_candidate(*c);
-                if (bn && i + 1 < children.size() && dynamic_cast<const relu*>(children[i + 1].second.get()))
+                const auto child = [&](std::size_t k) {
+                    return k < children.size() ? children[k].second.get() : nullptr;
+                };
+                auto* bn2 = dynamic_cast<batch_norm2d*>(c.get());
+                const auto* pool = dynamic_cast<const max_pool2d*>(child(i + 2));
+                if (bn2 && dynamic_cast<const relu*>(child(i + 1)) && pool &&
+                    pool->data_format() == bn2->options().data_format)
+                {
+                    where = n + "' + '" + children[i + 1].first + "' + '" + children[i + 2].first;
+                    y = bn2->forward_relu_max_pool(y, pool->params());
+                    i += 2; // the relu and max_pool2d children are applied
+                }
+                else if (bn && dynamic_cast<const relu*>(child(i + 1)))
                 {
                     y = bn->forward_relu(y);
                     ++i; // the relu child is applied
@@ -333,7 +347,7 @@ namespace xgrad::nn
             }
             catch (const std::invalid_argument& e) // xgrad::invalid_argument included
             {
-                throw xgrad::invalid_argument("sequential: in '" + n + "': " + e.what());
+                throw xgrad::invalid_argument("sequential: in '" + where + "': " + e.what());
             }
         }
         return y;

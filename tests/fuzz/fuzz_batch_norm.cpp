@@ -8,6 +8,9 @@
 // exponential_avg_factor from a table with negative, NaN and Inf values) and the values of the
 // tensors (with Inf and NaN).
 //
+// The ReLU forward's inputs go on to the ReLU + max-pool fusion with window parameters read
+// after everything else.
+//
 // Checks beyond "no crash": a successful forward returns y of x's shape and dtype and per-
 // channel outputs of length C; in training with float32/float64 x, a channel's batch mean is
 // NaN exactly when the exact mean of its values is (an Inf input gives an Inf mean, not NaN).
@@ -19,6 +22,7 @@
 #include "xgrad/autograd.hpp"
 #include "xgrad/compat/tensorflow.hpp"
 #include "xgrad/ops/batch_norm.hpp"
+#include "xgrad/ops/pool.hpp"
 
 namespace
 {
@@ -171,6 +175,24 @@ namespace
                                : fused_batch_norm(x, scale, offset, mean, variance, r.attrs);
                 }))
                 check_forward(r, x, out, relu);
+            // Then, from bytes past the ones above (so earlier inputs keep their meaning), the
+            // ReLU forward followed by max pooling, as one op, with window parameters from the
+            // table (0, negative and huge included); its pooled y must be max_pool2d's shape.
+            if (relu && in.boolean())
+            {
+                pool2d_params p;
+                p.kernel = {in.integer_in(-1, 4), in.integer_in(-1, 4)};
+                if (in.boolean())
+                    p.stride = std::array<std::int64_t, 2>{in.integer_in(-1, 4), in.integer_in(-1, 4)};
+                p.padding = {in.integer_in(-1, 2), in.integer_in(-1, 2)};
+                p.dilation = {in.integer_in(0, 2), in.integer_in(0, 2)};
+                fuzz::attempt([&] {
+                    const auto pooled = fused_batch_norm_relu_max_pool2d(x, scale, offset, mean, variance, r.attrs, p);
+                    const tensor want = max_pool2d(x, p, r.attrs.data_format); // the pool's shape rules
+                    XGRAD_FUZZ_CHECK(target, pooled.y.shape() == want.shape() && pooled.y.dtype() == x.dtype(),
+                                     "fused_batch_norm_relu_max_pool2d y shape or dtype");
+                });
+            }
             break;
         }
         case 2:

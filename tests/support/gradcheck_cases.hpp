@@ -85,6 +85,16 @@ namespace gradcheck_cases
         return concat({reshape(r.x_backprop, {-1}), r.scale_backprop, r.offset_backprop}, 0);
     }
 
+    /// The batch-norm output before the ReLU of a row's inputs, not recorded: x, scale, offset
+    /// are a[0], a[1], a[2] (the forward rows) or a[1], a[2] and bn_offset (the gradient rows).
+    inline tensor bn_before_relu(const args& a, const char* format, bool training, bool grad_row)
+    {
+        no_grad guard;
+        const std::size_t i = grad_row ? 1 : 0;
+        const tensor offset = grad_row ? on(a, bn_offset) : a[2];
+        return fused_batch_norm(a[i], a[i + 1], offset, on(a, bn_mean), on(a, bn_var), bn_attrs(format, training)).y;
+    }
+
     /// Accepts inputs whose batch-norm outputs before the ReLU are all at least 0.05 from its
     /// kink at 0, far beyond the finite-difference steps, and of both signs (the mask is not
     /// trivial): x, scale, offset are a[0], a[1], a[2] (the forward rows) or a[1], a[2] and
@@ -92,11 +102,7 @@ namespace gradcheck_cases
     inline std::function<bool(const args&)> bn_away_from_kink(const char* format, bool training, bool grad_row)
     {
         return [=](const args& a) {
-            no_grad guard;
-            const std::size_t i = grad_row ? 1 : 0;
-            const tensor offset = grad_row ? on(a, bn_offset) : a[2];
-            const tensor y =
-                fused_batch_norm(a[i], a[i + 1], offset, on(a, bn_mean), on(a, bn_var), bn_attrs(format, training)).y;
+            const tensor y = bn_before_relu(a, format, training, grad_row);
             bool positive = false, negative = false;
             for (double v : to_vector(y))
             {
@@ -104,6 +110,65 @@ namespace gradcheck_cases
                     return false;
                 (v > 0 ? positive : negative) = true;
             }
+            return positive && negative;
+        };
+    }
+
+    /// (x, scale, offset) -> y of fused_batch_norm_relu_max_pool2d over 2x2 windows.
+    inline tensor bn_relu_pool(const args& a, const char* format, bool training)
+    {
+        return fused_batch_norm_relu_max_pool2d(a[0], a[1], a[2], on(a, bn_mean), on(a, bn_var),
+                                                bn_attrs(format, training), pool2d_params{})
+            .y;
+    }
+
+    /// (g, x, scale) -> the gradients of bn_relu_pool's y w.r.t. x and scale at the cotangent
+    /// g (offset bn_offset), flattened and concatenated: the first-order backward as a
+    /// function, so that its second-order check is the op's third order.
+    inline tensor bn_relu_pool_grad(const args& a, const char* format, bool training)
+    {
+        const auto f = fused_batch_norm_relu_max_pool2d(a[1], a[2], on(a, bn_offset), on(a, bn_mean), on(a, bn_var),
+                                                        bn_attrs(format, training), pool2d_params{});
+        const std::vector<tensor> g = grad({f.y}, {a[1], a[2]}, {a[0]}, true, true);
+        return concat({reshape(g[0], {-1}), g[1]}, 0);
+    }
+
+    /// Accepts inputs whose every 2x2 window (x [N, C, H, W] or [N, H, W, C]) has its largest
+    /// batch-norm output before the ReLU at least 0.05 from the ReLU's kink, and, when that
+    /// is positive, 0.05 above the window's next value (the pick stays put under the
+    /// finite-difference steps); some windows positive, some not. x, scale, offset: as in
+    /// bn_away_from_kink.
+    inline std::function<bool(const args&)> bn_pool_away_from_kinks(const char* format, bool training, bool grad_row)
+    {
+        return [=](const args& a) {
+            const tensor y = bn_before_relu(a, format, training, grad_row);
+            const std::vector<double> v = to_vector(y);
+            const shape_type& s = y.shape();
+            const bool cl = std::string(format) == "NHWC";
+            const std::int64_t C = cl ? s[3] : s[1], H = cl ? s[1] : s[2], W = cl ? s[2] : s[3];
+            const auto at = [&](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+                return v[static_cast<std::size_t>(cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w)];
+            };
+            bool positive = false, negative = false;
+            for (std::int64_t n = 0; n < s[0]; ++n)
+                for (std::int64_t c = 0; c < C; ++c)
+                    for (std::int64_t h = 0; h + 1 < H; h += 2)
+                        for (std::int64_t w = 0; w + 1 < W; w += 2)
+                        {
+                            double top = -1e300, next = -1e300;
+                            for (const double t :
+                                 {at(n, c, h, w), at(n, c, h, w + 1), at(n, c, h + 1, w), at(n, c, h + 1, w + 1)})
+                                if (t > top)
+                                {
+                                    next = top;
+                                    top = t;
+                                }
+                                else if (t > next)
+                                    next = t;
+                            if (std::abs(top) < 0.05 || (top > 0 && top - next < 0.05))
+                                return false;
+                            (top > 0 ? positive : negative) = true;
+                        }
             return positive && negative;
         };
     }
@@ -198,6 +263,12 @@ namespace gradcheck_cases
         {"fused_batch_norm_relu_grad (training, NHWC)",  {{2, 2, 2, 3}, {2, 2, 2, 3}, {3}}, domain::any, F(bn_relu_grad(x, "NHWC", true)),  bn_away_from_kink("NHWC", true, true)},
         {"fused_batch_norm_relu_grad (inference, NCHW)", {{2, 3, 2, 2}, {2, 3, 2, 2}, {3}}, domain::any, F(bn_relu_grad(x, "NCHW", false)), bn_away_from_kink("NCHW", false, true)},
         {"fused_batch_norm_relu_grad (inference, NHWC)", {{2, 2, 2, 3}, {2, 2, 2, 3}, {3}}, domain::any, F(bn_relu_grad(x, "NHWC", false)), bn_away_from_kink("NHWC", false, true)},
+        {"fused_batch_norm_relu_max_pool2d (training, NCHW)",  {{2, 3, 2, 4}, {3}, {3}}, domain::any, F(bn_relu_pool(x, "NCHW", true)),  bn_pool_away_from_kinks("NCHW", true, false)},
+        {"fused_batch_norm_relu_max_pool2d (training, NHWC)",  {{2, 2, 4, 3}, {3}, {3}}, domain::any, F(bn_relu_pool(x, "NHWC", true)),  bn_pool_away_from_kinks("NHWC", true, false)},
+        {"fused_batch_norm_relu_max_pool2d (inference, NCHW)", {{2, 3, 2, 4}, {3}, {3}}, domain::any, F(bn_relu_pool(x, "NCHW", false)), bn_pool_away_from_kinks("NCHW", false, false)},
+        {"fused_batch_norm_relu_max_pool2d (inference, NHWC)", {{2, 2, 4, 3}, {3}, {3}}, domain::any, F(bn_relu_pool(x, "NHWC", false)), bn_pool_away_from_kinks("NHWC", false, false)},
+        {"fused_batch_norm_relu_max_pool2d backward (training, NCHW)", {{2, 3, 1, 2}, {2, 3, 2, 4}, {3}}, domain::any, F(bn_relu_pool_grad(x, "NCHW", true)), bn_pool_away_from_kinks("NCHW", true, true)},
+        {"fused_batch_norm_relu_max_pool2d backward (training, NHWC)", {{2, 1, 2, 3}, {2, 2, 4, 3}, {3}}, domain::any, F(bn_relu_pool_grad(x, "NHWC", true)), bn_pool_away_from_kinks("NHWC", true, true)},
     };
     for (const tests::unary_case& u : tests::unary_cases) // one [3, 4] input in the op's domain
         rows.push_back({u.name, {{3, 4}}, u.dom, [f = u.apply](const args& x) { return f(x[0]); }});

@@ -11,6 +11,12 @@
 //   fused_batch_norm_relu  --backward-->  fused_batch_norm_relu_grad  --backward-->
 //   fused_batch_norm_grad_grad at the masked y_backprop (d/dy_backprop masked again)
 //
+// and the ReLU + max-pool one beside it, whose backward scatters the masked pooled gradient:
+//
+//   fused_batch_norm_relu_max_pool2d  --backward-->  fused_batch_norm_relu_max_pool2d_grad
+//   --backward-->  fused_batch_norm_grad_grad at the scattered masked gradient (d/dg gathered
+//   back at the windows' positions and masked)
+//
 // Formulas and their derivation: docs/batch_norm.md. Argument checks: batch_norm_check.cpp.
 // Per-channel arithmetic on [C] vectors uses xgrad's ops (unrecorded); everything of x's size
 // goes through the backend's batch-norm kernels.
@@ -19,10 +25,12 @@
 
 #include "../detail.hpp"
 #include "batch_norm_internal.hpp"
+#include "conv_internal.hpp"
 #include "core/src/profiler/record.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad
@@ -309,6 +317,79 @@ namespace xgrad
                    return std::vector<tensor>{where(mask, gg.d_y_backprop, zero), gg.d_x, gg.d_scale};
                });
         return r;
+    }
+
+    namespace
+    {
+        /// The backward of fused_batch_norm_relu_max_pool2d, recorded as its own node. g is
+        /// the pooled output's gradient; ReLU's mask at each window's chosen element is
+        /// (pooled > 0), the other elements get no gradient from the pool anyway, so
+        /// dy = scatter(where(pooled > 0, g, 0)) is bit for bit the masked cotangent that
+        /// fused_batch_norm_relu_grad would form from the pool's scatter and the full-size y,
+        /// and one batch-norm gradient call on it finishes the job, reading dy and x only.
+        /// The scatter is linear (its adjoint is take at the same positions) and the mask
+        /// piecewise constant, so the vector-Jacobian product is fused_batch_norm_grad_grad at
+        /// that dy, with d/dg = where(pooled > 0, take(d/ddy, positions), 0): recorded ops
+        /// only, so this differentiates again to any order.
+        batch_norm_grad_result relu_max_pool_grad(const tensor& g, const tensor& x, const tensor& pooled,
+                                                  const detail::max_pool_picks& picks, const tensor& scale,
+                                                  const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                  const batch_norm_attrs& attrs)
+        {
+            XGRAD_PROFILE_OP("fused_batch_norm_relu_max_pool2d_grad");
+            const char* op = "fused_batch_norm_relu_max_pool2d_grad";
+            tensor dy;
+            {
+                no_grad guard;
+                dy = detail::max_pool_scatter(g, picks, pooled);
+            }
+            const bn_layout L = detail::check_bn_grad(dy, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                      batch_norm_grad_version::v3, op);
+            batch_norm_grad_result r = fused_grad(L, dy, x, tensor(), scale, reserve_space_1, reserve_space_2, attrs);
+            record(op, {g, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
+                   [g, x, pd = pooled.detach(), picks, scale, reserve_space_1, reserve_space_2,
+                    attrs](function_node&, const std::vector<tensor>& gg) {
+                       const tensor zero = scalar_like(pd, 0.0), mask = gt(pd, zero);
+                       const tensor dy_masked = detail::max_pool_scatter(g, picks, pd);
+                       const batch_norm_grad_grad_result q = fused_batch_norm_grad_grad(
+                           gg[0], gg[1], gg[2], dy_masked, x, scale, reserve_space_1, reserve_space_2, attrs);
+                       return std::vector<tensor>{where(mask, take(q.d_y_backprop, picks.idx), zero), q.d_x, q.d_scale};
+                   });
+            return r;
+        }
+    }
+
+    batch_norm_forward_result fused_batch_norm_relu_max_pool2d(const tensor& x, const tensor& scale,
+                                                               const tensor& offset, const tensor& mean,
+                                                               const tensor& variance, const batch_norm_attrs& attrs,
+                                                               const pool2d_params& pool)
+    {
+        XGRAD_PROFILE_OP("fused_batch_norm_relu_max_pool2d");
+        const char* op = "fused_batch_norm_relu_max_pool2d";
+        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, op);
+        if (x.dim() != 4)
+            throw xgrad::invalid_argument(
+                std::string(op) + ": x must be rank 4 (data_format \"NHWC\" or \"NCHW\"), got " +
+                shape_to_string(x.shape()) + " with data_format \"" + attrs.data_format + "\"");
+        detail::max_pool_check(x, pool, attrs.data_format, op); // y has x's shape
+        batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
+        detail::max_pool_picks picks;
+        {
+            no_grad guard;
+            picks = detail::max_pool_pick(out.y, pool, attrs.data_format, op);
+        }
+        // The full-size y goes out of scope here: the backward needs the pooled maxima (saved
+        // without the output -> node -> output cycle), their positions and x.
+        out.y = picks.out;
+        picks.out = tensor();
+        record(op, {x, scale, offset}, {out.y},
+               [x, scale, ys = save_output(out.y), picks = std::move(picks), rs1 = out.reserve_space_1,
+                rs2 = out.reserve_space_2, attrs](function_node&, const std::vector<tensor>& g) {
+                   const batch_norm_grad_result r = relu_max_pool_grad(g[0], x, ys.m_data, picks, scale, rs1, rs2,
+                                                                       attrs);
+                   return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
+               });
+        return out;
     }
 
     batch_norm_grad_grad_result fused_batch_norm_grad_grad(const tensor& A, const tensor& a, const tensor& b,

@@ -1,6 +1,7 @@
 #pragma once
-// Shared by conv.cpp and pool.cpp: the argument checks of the window ops, with messages that
-// start with the op's name and name the offending argument and shapes.
+// Shared by conv.cpp, pool.cpp and batch_norm.cpp: the argument checks of the window ops, with
+// messages that start with the op's name and name the offending argument and shapes, and max
+// pooling's two halves, which the batch-norm + ReLU + max-pool fusion reuses.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "backends/common/kernels.hpp"
 #include "xgrad/ops/conv.hpp"
+#include "xgrad/ops/pool.hpp"
 
 namespace xgrad::detail
 {
@@ -80,4 +82,27 @@ namespace xgrad::detail
     /// least 1, which leaves the blocks to conv_set_block_elements alone; the default is 16),
     /// and returns the previous value. For tests, like conv_set_block_elements.
     std::int64_t conv_set_min_blocks(std::int64_t blocks) noexcept;
+
+    /// Max pooling's window maxima and their positions, not recorded: what the scatter below
+    /// needs to send a gradient back to x.
+    struct max_pool_picks
+    {
+        tensor out;         ///< the maxima, in x's layout (contiguous)
+        tensor idx;         ///< int64, out's shape: each maximum's offset in a contiguous x
+        shape_type x_shape; ///< the shape of the (contiguous) x the offsets index
+        bool channels_last = false;
+        kernels::window2d_dims d; ///< the windows
+    };
+    /// The argument checks of max_pool2d (errors name `op`), without touching data.
+    void max_pool_check(const tensor& x, const pool2d_params& p, std::string_view data_format, const char* op);
+    /// Checks the arguments as max_pool2d does (errors name `op`), then picks every window's
+    /// maximum in one kernel pass (see pool.hpp for the tie and NaN rules).
+    max_pool_picks max_pool_pick(const tensor& x, const pool2d_params& p, std::string_view data_format, const char* op);
+    /// put_add(g, picks.idx, picks.x_shape), recorded (its gradient is take at picks.idx):
+    /// the gradient of the picks' maxima sent back to x. Over disjoint windows one kernel pass
+    /// writes it without a zero fill first; the bits are put_add's either way. relu_y: empty,
+    /// or the maxima of a ReLU output (picks.out's shape, contiguous), and then g is masked by
+    /// relu_y > 0 first, put_add(where(relu_y > 0, g, 0), ...), over disjoint windows as the
+    /// kernel reads g.
+    tensor max_pool_scatter(const tensor& g, const max_pool_picks& picks, const tensor& relu_y = {});
 }

@@ -180,9 +180,11 @@ namespace xgrad
         /// put_add(g, idx, shape) for max pooling over disjoint windows d, idx as max_pool2d
         /// wrote it for a contiguous x of `shape` (its values and bits), written by the kernel
         /// max_pool2d_grad in one pass over the input instead of a zero fill and a scatter.
-        /// Linear in g with put_add's matrix, so its gradient is put_add's, take.
+        /// Linear in g with put_add's matrix, so its gradient is put_add's, take. relu_y: null,
+        /// or the pooled output of a ReLU-fused forward (contiguous, idx's shape), whose mask
+        /// y > 0 the kernel applies to g as it reads it (and the gradient to take's result).
         tensor windows_grad(const tensor& g, const tensor& idx, const shape_type& shape, bool channels_last,
-                            const kernels::window2d_dims& d)
+                            const kernels::window2d_dims& d, const tensor& relu_y)
         {
             XGRAD_PROFILE_OP("max_pool2d_grad");
             // A g that arrives as a view (the classifier's flatten in channels-first order, over
@@ -195,50 +197,79 @@ namespace xgrad
             const auto is = detail::image_strides(idx.strides(), channels_last);
             detail::backend_for(g.device())
                 .max_pool2d_grad(dx.data_ptr(), xs.data(), gc.data_ptr(), gs.data(), idx.data<std::int64_t>(),
-                                 is.data(), nullptr, g.dtype(), d);
-            record("max_pool2d_grad", {g}, {dx}, [idx](function_node&, const std::vector<tensor>& gg) {
-                return std::vector<tensor>{take(gg[0], idx)};
-            });
+                                 is.data(), relu_y.defined() ? relu_y.data_ptr() : nullptr, g.dtype(), d);
+            record("max_pool2d_grad", {g}, {dx},
+                   [idx, yd = relu_y.defined() ? relu_y.detach() : tensor()](function_node&,
+                                                                             const std::vector<tensor>& gg) {
+                       const tensor t = take(gg[0], idx);
+                       if (!yd.defined())
+                           return std::vector<tensor>{t};
+                       const tensor zero = scalar_like(yd, 0.0);
+                       return std::vector<tensor>{where(gt(yd, zero), t, zero)};
+                   });
             return dx;
         }
+    }
+
+    void detail::max_pool_check(const tensor& x, const pool2d_params& p, std::string_view data_format, const char* op)
+    {
+        (void)check_pool(x, p, data_format, op);
+    }
+
+    detail::max_pool_picks detail::max_pool_pick(const tensor& x, const pool2d_params& p, std::string_view data_format,
+                                                 const char* op)
+    {
+        const pool_setup s = check_pool(x, p, data_format, op);
+        // Which element of each window is its maximum is a constant of the forward pass; the
+        // pooled value is then a gather, take(x, idx), linear in x, whose gradient is the
+        // scatter put_add (and whose second order is take again). One kernel pass picks the
+        // positions and writes the maxima, with no window copies and no tie bookkeeping in the
+        // backward.
+        const tensor xc = detail::raw_contiguous(x);
+        const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
+                                                     : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
+        max_pool_picks r;
+        r.idx = detail::empty(out_shape, dtype::int64, x.device());
+        r.out = detail::empty(out_shape, x.dtype(), x.device());
+        r.x_shape = xc.shape();
+        r.channels_last = s.channels_last;
+        r.d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
+        // No window, no kernel call: its per-row and per-column scratch is sized by the output
+        // extents, which an empty batch or channel axis leaves unbounded.
+        if (r.idx.numel() != 0)
+        {
+            const auto xs = detail::image_strides(xc.strides(), s.channels_last);
+            const auto is = detail::image_strides(r.idx.strides(), s.channels_last);
+            const auto os = detail::image_strides(r.out.strides(), s.channels_last);
+            detail::backend_for(x.device())
+                .max_pool2d(r.out.data_ptr(), os.data(), r.idx.data<std::int64_t>(), is.data(), xc.data_ptr(),
+                            xs.data(), x.dtype(), r.d);
+        }
+        return r;
+    }
+
+    tensor detail::max_pool_scatter(const tensor& g, const max_pool_picks& picks, const tensor& relu_y)
+    {
+        // Windows that do not overlap (the usual 2x2 / stride 2) choose distinct positions, and
+        // every input element is read by one window at most: the scatter is then one pass over
+        // the input that writes each element once (windows_grad, above), masking as it reads.
+        if (kernels::windows_disjoint(picks.d))
+            return windows_grad(g, picks.idx, picks.x_shape, picks.channels_last, picks.d, relu_y);
+        if (!relu_y.defined())
+            return put_add(g, picks.idx, picks.x_shape);
+        const tensor zero = scalar_like(relu_y, 0.0);
+        return put_add(where(gt(relu_y, zero), g, zero), picks.idx, picks.x_shape);
     }
 
     tensor max_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
     {
         XGRAD_PROFILE_OP("max_pool2d");
-        const pool_setup s = check_pool(x, p, data_format, "max_pool2d");
-        // Which element of each window is its maximum is a constant of the forward pass; the
-        // pooled value is then a gather, take(x, idx), linear in x, whose gradient is the
-        // scatter put_add (and whose second order is take again). One kernel pass picks the
-        // positions and writes the maxima, with no window copies and no tie bookkeeping in the
-        // backward; the node recorded is take's.
-        const tensor xc = contiguous(x);
-        const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
-                                                     : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
-        tensor idx = detail::empty(out_shape, dtype::int64, x.device());
-        tensor out = detail::empty(out_shape, x.dtype(), x.device());
-        const auto d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
-        // No window, no kernel call: its per-row and per-column scratch is sized by the output
-        // extents, which an empty batch or channel axis leaves unbounded.
-        if (idx.numel() != 0)
-        {
-            const auto xs = detail::image_strides(xc.strides(), s.channels_last);
-            const auto is = detail::image_strides(idx.strides(), s.channels_last);
-            const auto os = detail::image_strides(out.strides(), s.channels_last);
-            detail::backend_for(x.device())
-                .max_pool2d(out.data_ptr(), os.data(), idx.data<std::int64_t>(), is.data(), xc.data_ptr(), xs.data(),
-                            x.dtype(), d);
-        }
-        // Windows that do not overlap (the usual 2x2 / stride 2) choose distinct positions, and
-        // every input element is read by one window at most: the scatter is then one pass over
-        // the input that writes each element once (windows_grad, above).
-        const bool disjoint = kernels::windows_disjoint(d);
-        record(
-            "max_pool2d", {xc}, {out},
-            [idx, disjoint, d, cl = s.channels_last, shape = xc.shape()](function_node&, const std::vector<tensor>& g) {
-                return std::vector<tensor>{disjoint ? windows_grad(g[0], idx, shape, cl, d)
-                                                    : put_add(g[0], idx, shape)};
-            });
+        detail::max_pool_picks picks = detail::max_pool_pick(x, p, data_format, "max_pool2d");
+        tensor out = picks.out;
+        // The node recorded is take's: its gradient is the scatter.
+        record("max_pool2d", {x}, {out}, [picks = std::move(picks)](function_node&, const std::vector<tensor>& g) {
+            return std::vector<tensor>{detail::max_pool_scatter(g[0], picks)};
+        });
         return out;
     }
 

@@ -22,10 +22,13 @@
 // ReLU fusion: fused_batch_norm_relu is relu(fused_batch_norm(...).y) in one pass, and
 // fused_batch_norm_relu_grad its gradient, fused_batch_norm_grad of the masked
 // where(y > 0, y_backprop, 0), also in one pass (docs/batch_norm.md, section 1.8).
+// fused_batch_norm_relu_max_pool2d adds the max pooling that usually follows: one autograd
+// node whose backward never reads the full-size ReLU output (section 1.9).
 #include <string>
 #include <string_view>
 
 #include "xgrad/errors.hpp"
+#include "xgrad/ops/pool.hpp"
 #include "xgrad/tensor.hpp"
 
 namespace xgrad
@@ -59,6 +62,20 @@ namespace xgrad
     batch_norm_forward_result fused_batch_norm_relu(const tensor& x, const tensor& scale, const tensor& offset,
                                                     const tensor& mean, const tensor& variance,
                                                     const batch_norm_attrs& attrs = {});
+
+    /// max_pool2d(fused_batch_norm_relu(x, ...).y, pool, attrs.data_format) as one op: x is
+    /// rank 4 ("NHWC" or "NCHW"); the checks are those of both ops (errors naming
+    /// "fused_batch_norm_relu_max_pool2d"). The result is fused_batch_norm_relu's with y the
+    /// pooled output, bit for bit the two ops' values, statistics included. Autograd: y is
+    /// differentiable w.r.t. x, scale and offset, to any order, with the gradients of the two
+    /// ops chained (bit for bit in the first order): the backward masks the pooled gradient by
+    /// (pooled y > 0), which is ReLU's mask at every window's chosen element, scatters it to
+    /// x's shape and runs the batch-norm gradient on it, without the full-size ReLU output,
+    /// which the op does not keep.
+    batch_norm_forward_result fused_batch_norm_relu_max_pool2d(const tensor& x, const tensor& scale,
+                                                               const tensor& offset, const tensor& mean,
+                                                               const tensor& variance, const batch_norm_attrs& attrs,
+                                                               const pool2d_params& pool);
 
     struct batch_norm_grad_result
     {

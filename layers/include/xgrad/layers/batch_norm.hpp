@@ -27,7 +27,9 @@
 // ReLU fusion: forward_relu(x) is relu(forward(x)) through xgrad::fused_batch_norm_relu, one
 // pass that writes only the activated output. nn::sequential uses it for a batch_norm2d /
 // batch_norm3d child directly followed by an nn::relu child, so conv -> bn -> relu models get
-// the fusion without a change to their code.
+// the fusion without a change to their code. batch_norm2d's forward_relu_max_pool(x, pool)
+// adds the max pooling after the ReLU (xgrad::fused_batch_norm_relu_max_pool2d), which
+// nn::sequential uses for batch_norm2d -> relu -> max_pool2d children.
 //
 // dtypes: parameters and buffers are float32 (inputs float32, float16 or bfloat16) or float64
 // (inputs float64), chosen by options.dtype. num_batches_tracked is an int64 scalar.
@@ -44,6 +46,7 @@
 
 #include "xgrad/dtype.hpp"
 #include "xgrad/layers/module.hpp"
+#include "xgrad/ops/pool.hpp"
 #include "xgrad/tensor.hpp"
 
 namespace xgrad::nn
@@ -138,8 +141,14 @@ namespace xgrad::nn
         /// forward (relu false) and forward_relu (relu true) are this one function, so a subclass
         /// that computes its statistics elsewhere (nn::sync_batch_norm2d) overrides both at once.
         virtual tensor run(const tensor& x, bool relu);
+        /// run(x, true) followed by max pooling, as one op (fused_batch_norm_relu_max_pool2d);
+        /// for batch_norm2d's forward_relu_max_pool, not overridable: a subclass that
+        /// computes its statistics elsewhere does not get it.
+        tensor run_relu_max_pool(const tensor& x, const pool2d_params& pool);
 
     private:
+        tensor run_impl(const tensor& x, bool relu, const pool2d_params* pool);
+
         options_type m_options;
         std::int64_t m_rank = 4;
         std::int64_t m_channel_dim = 1;
@@ -154,6 +163,14 @@ namespace xgrad::nn
     public:
         explicit batch_norm2d(std::int64_t num_features) : batch_norm2d(options_type(num_features)) {}
         explicit batch_norm2d(const options_type& options) : batch_norm_base(options, 4, "batch_norm2d") {}
+
+        /// max_pool2d(relu(forward(x)), pool, options().data_format) in one fused op
+        /// (xgrad::fused_batch_norm_relu_max_pool2d): the same values, gradients (of every
+        /// order) and running-statistics updates as forward_relu followed by the pool, bit for
+        /// bit in the forward and the first order, with the checks of both layers, but the
+        /// backward never reads the full-size activation. nn::sequential calls it for a batch_norm2d child directly followed by
+        /// nn::relu and nn::max_pool2d children of the same data_format.
+        tensor forward_relu_max_pool(const tensor& x, const pool2d_params& pool) { return run_relu_max_pool(x, pool); }
     };
 
     /// Batch normalisation of [N, C, D, H, W] ("NCDHW") or [N, D, H, W, C] ("NDHWC") inputs.

@@ -18,6 +18,8 @@ namespace xgrad::nn
         tensor forward(const tensor& x) override;
         std::string_view type_name() const noexcept override { return "max_pool2d"; }
         std::string describe() const override;
+        const pool2d_params& params() const noexcept { return m_params; }
+        const std::string& data_format() const noexcept { return m_format; }
 
     private:
         pool2d_params m_params;

@@ -39,6 +39,14 @@ namespace xgrad::nn
         /// of every order and running statistics are those of calling the two children in
         /// turn (up to floating-point rounding); parameters, buffers, state_dict and describe()
         /// are unchanged. Errors then name the batch-norm child.
+        ///
+        /// Pooling fusion: a batch_norm2d child followed by nn::relu and nn::max_pool2d children
+        /// of the same data_format runs as one call of batch_norm2d::forward_relu_max_pool
+        /// (xgrad::fused_batch_norm_relu_max_pool2d): the values and first-order gradients are
+        /// bit for bit those of the ReLU fusion above followed by the pool (so those of the
+        /// three children in turn up to rounding), the higher orders equal to rounding, and
+        /// the backward does not read the full-size activation.
+        /// Errors then name the three children ("in 'bn1' + 'relu1' + 'pool1'").
         tensor forward(const tensor& x) override;
         std::string_view type_name() const noexcept override { return "sequential"; }
     };
