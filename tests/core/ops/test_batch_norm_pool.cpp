@@ -84,8 +84,9 @@ namespace
     };
 
     /// Inputs of both signs around the ReLU kink, with ties in some windows (x rounded to a
-    /// coarse grid) so that the first-maximum rule matters.
-    bn_inputs make_inputs(const pool_case& c, dtype dt, std::uint64_t seed)
+    /// coarse grid) so that the first-maximum rule matters; with nan, one NaN in x (its
+    /// window's pick; in training its channel's statistics too).
+    bn_inputs make_inputs(const pool_case& c, dtype dt, std::uint64_t seed, bool nan = false)
     {
         generator gen(seed);
         const std::int64_t C = channels(c);
@@ -94,6 +95,8 @@ namespace
         std::vector<double> xs = to_vector(randn(c.shape, gen, dtype::float64));
         for (double& v : xs)
             v = std::round(v * 4.0) / 4.0;
+        if (nan)
+            xs[xs.size() / 3] = std::nan("");
         in.x = from_host(xs.data(), c.shape, dtype::float64).to(dt);
         in.scale = (randn({C}, gen, dtype::float64) + 0.5).to(sdt);
         in.offset = (randn({C}, gen, dtype::float64) * 0.5).to(sdt);
@@ -116,30 +119,33 @@ TEST_CASE("fused batch norm + ReLU + max pool: the values and first-order gradie
     for (const auto& c : cases)
         for (bool training : {true, false})
             for (dtype dt : {dtype::float64, dtype::float32, dtype::float16, dtype::bfloat16})
-            {
-                INFO(std::string(c.format) << " " << shape_to_string(c.shape) << (training ? " training " : " inference ")
-                              << name(dt));
-                const bn_inputs in = make_inputs(c, dt, 21);
-                const batch_norm_attrs at = attrs_for(c, training);
-                const args l = leaves({in.x, in.scale, in.offset});
-                const auto fused = fused_batch_norm_relu_max_pool2d(l[0], l[1], l[2], in.mean, in.variance, at, c.pool);
-                const auto bn = fused_batch_norm_relu(l[0], l[1], l[2], in.mean, in.variance, at);
-                const tensor want = max_pool2d(bn.y, c.pool, c.format);
-                REQUIRE(fused.y.grad_fn());
-                CHECK(fused.y.grad_fn()->name() == "fused_batch_norm_relu_max_pool2d");
-                check_same_bits(fused.y, want);
-                for (const auto& [got, ref] : {std::pair{fused.batch_mean, bn.batch_mean},
-                                               {fused.batch_variance, bn.batch_variance},
-                                               {fused.reserve_space_1, bn.reserve_space_1},
-                                               {fused.reserve_space_2, bn.reserve_space_2}})
-                    check_same_bits(got, ref);
-                generator gen(22);
-                const tensor g = randn(want.shape(), gen, dtype::float64).to(dt);
-                const args g1 = grad({fused.y}, l, {g});
-                const args g2 = grad({want}, l, {g});
-                for (std::size_t k = 0; k < l.size(); ++k)
-                    check_same_bits(g1[k], g2[k]);
-            }
+                for (bool nan : {false, true})
+                {
+                    INFO(std::string(c.format)
+                         << " " << shape_to_string(c.shape) << (training ? " training " : " inference ") << name(dt)
+                         << (nan ? " with a NaN" : ""));
+                    const bn_inputs in = make_inputs(c, dt, 21, nan);
+                    const batch_norm_attrs at = attrs_for(c, training);
+                    const args l = leaves({in.x, in.scale, in.offset});
+                    const auto fused = fused_batch_norm_relu_max_pool2d(l[0], l[1], l[2], in.mean, in.variance, at,
+                                                                        c.pool);
+                    const auto bn = fused_batch_norm_relu(l[0], l[1], l[2], in.mean, in.variance, at);
+                    const tensor want = max_pool2d(bn.y, c.pool, c.format);
+                    REQUIRE(fused.y.grad_fn());
+                    CHECK(fused.y.grad_fn()->name() == "fused_batch_norm_relu_max_pool2d");
+                    check_same_bits(fused.y, want);
+                    for (const auto& [got, ref] : {std::pair{fused.batch_mean, bn.batch_mean},
+                                                   {fused.batch_variance, bn.batch_variance},
+                                                   {fused.reserve_space_1, bn.reserve_space_1},
+                                                   {fused.reserve_space_2, bn.reserve_space_2}})
+                        check_same_bits(got, ref);
+                    generator gen(22);
+                    const tensor g = randn(want.shape(), gen, dtype::float64).to(dt);
+                    const args g1 = grad({fused.y}, l, {g});
+                    const args g2 = grad({want}, l, {g});
+                    for (std::size_t k = 0; k < l.size(); ++k)
+                        check_same_bits(g1[k], g2[k]);
+                }
 }
 
 TEST_CASE("fused batch norm + ReLU + max pool: second and third orders equal those of the two ops")
@@ -211,9 +217,15 @@ TEST_CASE("fused batch norm + ReLU + max pool: an empty batch, and the errors of
     const auto e = fused_batch_norm_relu_max_pool2d(zeros({0, 6, 4, 5}), in.scale, in.offset, in.mean, in.variance, at,
                                                     c.pool);
     CHECK(e.y.shape() == shape_type{0, 3, 2, 5});
+    {
+        const tensor x0 = zeros({0, 6, 4, 5}).requires_grad_();
+        const auto e0 = fused_batch_norm_relu_max_pool2d(x0, in.scale, in.offset, in.mean, in.variance, at, c.pool);
+        const args g0 = grad({sum(e0.y)}, {x0});
+        CHECK(g0[0].shape() == shape_type{0, 6, 4, 5});
+    }
     CHECK_ERROR(fused_batch_norm_relu_max_pool2d(in.x, ones({4}), in.offset, in.mean, in.variance, at, c.pool),
-                xgrad::invalid_argument, "fused_batch_norm_relu_max_pool2d: scale must have the same number of elements",
-                "got 4 and 5");
+                xgrad::invalid_argument,
+                "fused_batch_norm_relu_max_pool2d: scale must have the same number of elements", "got 4 and 5");
     pool2d_params big;
     big.kernel = {8, 2};
     CHECK_ERROR(fused_batch_norm_relu_max_pool2d(in.x, in.scale, in.offset, in.mean, in.variance, at, big),
@@ -224,8 +236,8 @@ TEST_CASE("fused batch norm + ReLU + max pool: an empty batch, and the errors of
                 xgrad::invalid_argument, "fused_batch_norm_relu_max_pool2d: padding {2, 0} must be at most half");
     batch_norm_attrs at5 = at;
     at5.data_format = "NDHWC";
-    CHECK_ERROR(fused_batch_norm_relu_max_pool2d(zeros({2, 2, 6, 4, 5}), in.scale, in.offset, in.mean, in.variance,
-                                                 at5, c.pool),
+    CHECK_ERROR(fused_batch_norm_relu_max_pool2d(zeros({2, 2, 6, 4, 5}), in.scale, in.offset, in.mean, in.variance, at5,
+                                                 c.pool),
                 xgrad::invalid_argument, "fused_batch_norm_relu_max_pool2d: x must be rank 4", "[2, 2, 6, 4, 5]",
                 "NDHWC");
 }
@@ -288,7 +300,8 @@ TEST_CASE("sequential fuses batch_norm2d + relu + max_pool2d: the three children
         other.add("bn", bn());
         other.add("relu", std::make_shared<nn::relu>());
         other.add("pool", std::make_shared<nn::max_pool2d>(2, cl ? "NCHW" : "NHWC"));
-        CHECK(other(randn(cl ? shape_type{2, 4, 4, 3} : shape_type{2, 3, 4, 4}, gen, dtype::float64)).grad_fn()->name() ==
-              "max_pool2d");
+        CHECK(
+            other(randn(cl ? shape_type{2, 4, 4, 3} : shape_type{2, 3, 4, 4}, gen, dtype::float64)).grad_fn()->name() ==
+            "max_pool2d");
     }
 }
