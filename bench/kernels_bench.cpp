@@ -280,13 +280,18 @@ namespace
     }
 
     /// The pool's gradient into dx = d.out: range(0) SIMD level, range(1) layout as above, and
-    /// range(2) 0 for the max_pool2d_grad kernel, 1 for put_add (zero fill and scatter).
+    /// range(2) 0 for the max_pool2d_grad kernel, 1 for put_add (zero fill and scatter), 2 for
+    /// the kernel with the ReLU mask of a fused batch-norm forward (the maxima as its y, read
+    /// too: a quarter of x's bytes more, counted).
     void xgrad_max_pool2d_grad(benchmark::State& state)
     {
         const auto& k = with_level(state);
-        const bool channels_last = state.range(1) == 1, scatter = state.range(2) == 1;
+        const bool channels_last = state.range(1) == 1, scatter = state.range(2) == 1, masked = state.range(2) == 2;
         state.SetLabel(std::string(cpu::simd_level_name(cpu::simd_level_in_use())) +
-                       (channels_last ? " NHWC" : " NCHW") + (scatter ? " put_add" : " max_pool2d_grad"));
+                       (channels_last ? " NHWC" : " NCHW") +
+                       (scatter  ? " put_add"
+                        : masked ? " max_pool2d_grad masked"
+                                 : " max_pool2d_grad"));
         const pool_case pc(channels_last);
         auto& d = data();
         k.max_pool2d(pooled().data(), pc.os, positions().data(), pc.os, d.b.data(), pc.xs, dtype::float32, pc.dims);
@@ -295,11 +300,13 @@ namespace
             if (scatter)
                 k.put_add(d.out.data(), n, pooled().data(), positions().data(), dtype::float32, n / 4);
             else
-                k.max_pool2d_grad(d.out.data(), pc.xs, pooled().data(), pc.os, positions().data(), pc.os, nullptr,
-                                  dtype::float32, pc.dims);
+                k.max_pool2d_grad(d.out.data(), pc.xs, pooled().data(), pc.os, positions().data(), pc.os,
+                                  masked ? pooled().data() : nullptr, dtype::float32, pc.dims);
             benchmark::ClobberMemory();
         }
         set_pool_bytes(state);
+        if (masked)
+            state.SetBytesProcessed(state.bytes_processed() + state.iterations() * (n / 4) * 4);
     }
 
     /// The SIMD levels (1 .. simd_supported(); max_pool2d has no scalar twin) times the two
@@ -311,15 +318,16 @@ namespace
                 b->Args({level, layout});
     }
 
-    /// pool_args times the two gradient paths (put_add, which has no SIMD code, at the top
+    /// pool_args times the three gradient paths (put_add, which has no SIMD code, at the top
     /// level only).
     void pool_grad_args(benchmark::internal::Benchmark* b)
     {
         const int top = static_cast<int>(cpu::simd_supported());
         for (int level = 1; level <= top; ++level)
             for (int layout = 0; layout < 2; ++layout)
-                for (int scatter = 0; scatter < (level == top ? 2 : 1); ++scatter)
-                    b->Args({level, layout, scatter});
+                for (int path : {0, 1, 2})
+                    if (path != 1 || level == top)
+                        b->Args({level, layout, path});
     }
 
     // --- GEMM ---------------------------------------------------------------------------------
