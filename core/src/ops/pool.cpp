@@ -265,7 +265,10 @@ namespace xgrad
     {
         XGRAD_PROFILE_OP("max_pool2d");
         detail::max_pool_picks picks = detail::max_pool_pick(x, p, data_format, "max_pool2d");
+        // The closure keeps the positions, not the output: out -> node -> out would be a
+        // reference cycle that never frees the graph.
         tensor out = picks.out;
+        picks.out = tensor();
         // The node recorded is take's: its gradient is the scatter.
         record("max_pool2d", {x}, {out}, [picks = std::move(picks)](function_node&, const std::vector<tensor>& g) {
             return std::vector<tensor>{detail::max_pool_scatter(g[0], picks)};

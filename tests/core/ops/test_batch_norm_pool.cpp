@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,42 @@ TEST_CASE("fused batch norm + ReLU + max pool: an empty batch, and the errors of
                                                  c.pool),
                 xgrad::invalid_argument, "fused_batch_norm_relu_max_pool2d: x must be rank 4", "[2, 2, 6, 4, 5]",
                 "NDHWC");
+}
+
+TEST_CASE("max_pool2d and the fused op free their graphs, backward graphs included, when the outputs die")
+{
+    // Each node keeps what its backward needs (positions, the pooled maxima for the mask) but
+    // never its own output tensor: output -> node -> output would be a cycle that never frees.
+    for (const pool_case& c : cases)
+    {
+        INFO(c.format);
+        const bn_inputs in = make_inputs(c, dtype::float32, 31);
+        const args xs = leaves({in.x, in.scale, in.offset});
+        for (bool fused : {false, true})
+        {
+            INFO("fused: " << fused);
+            std::weak_ptr<node> fn, grad_fn;
+            std::weak_ptr<tensor_impl> out_impl, grad_impl;
+            {
+                const tensor y = fused ? fused_batch_norm_relu_max_pool2d(xs[0], xs[1], xs[2], in.mean, in.variance,
+                                                                          attrs_for(c, true), c.pool)
+                                             .y
+                                       : max_pool2d(xs[0], c.pool, c.format);
+                fn = y.grad_fn();
+                out_impl = y.impl();
+                const tensor g = grad({sum(mul(y, y))}, {xs[0]}, {}, std::nullopt, true)[0];
+                REQUIRE(g.requires_grad());
+                grad_fn = g.grad_fn();
+                grad_impl = g.impl();
+                CHECK_FALSE(fn.expired());
+                CHECK_FALSE(grad_fn.expired());
+            }
+            CHECK(fn.expired());
+            CHECK(out_impl.expired());
+            CHECK(grad_fn.expired());
+            CHECK(grad_impl.expired());
+        }
+    }
 }
 
 TEST_CASE("sequential fuses batch_norm2d + relu + max_pool2d: the three children's outputs, gradients and state")
