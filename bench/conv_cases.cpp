@@ -8,6 +8,9 @@
 // nothing else) in the layout its primitive asks for, reordered before timing, and
 // convolution_direct with the implementation it picks (named in the case's label); its weight
 // gradient leaves out the bias gradient, which xgrad's conv_weight_grad does not compute either.
+// onednn_conv_bf16 runs the same primitives with bfloat16 activations and weights (float32
+// bias and weight gradient, float32 accumulation inside oneDNN): what a bfloat16 training step
+// could gain from AVX512-BF16 or AMX where the processor has them (the label names the kernel).
 #include <benchmark/benchmark.h>
 
 #ifdef XGRAD_BENCH_HAVE_DNNL
@@ -24,6 +27,7 @@
 #include "backends/cpu/simd/level.hpp"
 #include "core/src/ops/conv_internal.hpp"
 #include "xgrad/factories.hpp"
+#include "xgrad/half.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace
@@ -84,7 +88,9 @@ namespace
     }
 
 #ifdef XGRAD_BENCH_HAVE_DNNL
-    void onednn_conv(benchmark::State& state)
+    /// oneDNN's convolution in direction s.direction with activations and weights of type dt
+    /// (f32 or bf16); the bias and the weight gradient stay f32.
+    void onednn_conv_run(benchmark::State& state, dnnl::memory::data_type dt)
     {
         using namespace dnnl;
         using tag = memory::format_tag;
@@ -95,8 +101,9 @@ namespace
         stream strm(eng);
         const auto f32 = memory::data_type::f32;
         const tag act = s.cl ? tag::nhwc : tag::nchw;
-        const memory::desc src_md({k.n, k.c, k.h, k.w}, f32, act), dst_md({k.n, k.o, k.h, k.w}, f32, act);
-        const memory::desc wei_any({k.o, k.c, 3, 3}, f32, tag::any), bias_md({k.o}, f32, tag::a);
+        const memory::desc src_md({k.n, k.c, k.h, k.w}, dt, act), dst_md({k.n, k.o, k.h, k.w}, dt, act);
+        const memory::desc wei_any({k.o, k.c, 3, 3}, dt, tag::any), bias_md({k.o}, f32, tag::a);
+        const memory::desc dwei_any({k.o, k.c, 3, 3}, f32, tag::any);
         const memory::dims strides{1, 1}, padding{1, 1};
         const convolution_forward::primitive_desc fwd_pd(
             convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src_md, wei_any,
@@ -104,10 +111,16 @@ namespace
             eng);
         auto filled = [&](const memory::desc& md) {
             memory m(md, eng);
-            auto* p = static_cast<float*>(m.get_data_handle());
-            const std::size_t count = md.get_size() / sizeof(float);
+            const bool bf16 = md.data_type() == memory::data_type::bf16;
+            const std::size_t count = md.get_size() / (bf16 ? 2 : 4);
             for (std::size_t i = 0; i < count; ++i)
-                p[i] = static_cast<float>(i % 11) * 0.125f - 0.625f;
+            {
+                const float v = static_cast<float>(i % 11) * 0.125f - 0.625f; // exact in bfloat16
+                if (bf16)
+                    static_cast<xgrad::bfloat16_t*>(m.get_data_handle())[i] = xgrad::to_bfloat16(v);
+                else
+                    static_cast<float*>(m.get_data_handle())[i] = v;
+            }
             return m;
         };
         memory src = filled(src_md), dst = filled(dst_md), bias = filled(bias_md);
@@ -138,7 +151,7 @@ namespace
         else
         {
             const convolution_backward_weights::primitive_desc pd(
-                convolution_backward_weights::desc(algorithm::convolution_direct, src_md, wei_any, dst_md, strides,
+                convolution_backward_weights::desc(algorithm::convolution_direct, src_md, dwei_any, dst_md, strides,
                                                    padding, padding),
                 eng, fwd_pd);
             prim = convolution_backward_weights(pd);
@@ -154,6 +167,9 @@ namespace
         }
         set_conv_counters(state, s, s.label() + " " + impl);
     }
+
+    void onednn_conv(benchmark::State& state) { onednn_conv_run(state, dnnl::memory::data_type::f32); }
+    void onednn_conv_bf16(benchmark::State& state) { onednn_conv_run(state, dnnl::memory::data_type::bf16); }
 #endif
 
     void conv_args(benchmark::internal::Benchmark* b)
@@ -168,4 +184,5 @@ namespace
 BENCHMARK(xgrad_conv)->Apply(conv_args)->UseRealTime();
 #ifdef XGRAD_BENCH_HAVE_DNNL
 BENCHMARK(onednn_conv)->Apply(conv_args)->UseRealTime();
+BENCHMARK(onednn_conv_bf16)->Apply(conv_args)->UseRealTime();
 #endif
