@@ -373,17 +373,16 @@ namespace xgrad
                 shape_to_string(x.shape()) + " with data_format \"" + attrs.data_format + "\"");
         detail::max_pool_check(x, pool, attrs.data_format, op); // y has x's shape
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
-        detail::max_pool_picks picks;
+        detail::max_pool_picked pooled;
         {
             no_grad guard;
-            picks = detail::max_pool_pick(out.y, pool, attrs.data_format, op);
+            pooled = detail::max_pool_pick(out.y, pool, attrs.data_format, op);
         }
         // The full-size y goes out of scope here: the backward needs the pooled maxima (saved
         // without the output -> node -> output cycle), their positions and x.
-        out.y = picks.out;
-        picks.out = tensor();
+        out.y = pooled.out;
         record(op, {x, scale, offset}, {out.y},
-               [x, scale, ys = save_output(out.y), picks = std::move(picks), rs1 = out.reserve_space_1,
+               [x, scale, ys = save_output(out.y), picks = std::move(pooled.picks), rs1 = out.reserve_space_1,
                 rs2 = out.reserve_space_2, attrs](function_node&, const std::vector<tensor>& g) {
                    const batch_norm_grad_result r = relu_max_pool_grad(g[0], x, ys.m_data, picks, scale, rs1, rs2,
                                                                        attrs);

@@ -83,25 +83,33 @@ namespace xgrad::detail
     /// and returns the previous value. For tests, like conv_set_block_elements.
     std::int64_t conv_set_min_blocks(std::int64_t blocks) noexcept;
 
-    /// Max pooling's window maxima and their positions, not recorded: what the scatter below
-    /// needs to send a gradient back to x.
+    /// Max pooling's window positions, not recorded: what the scatter below needs to send a
+    /// gradient back to x, and what a pooling node saves for its backward. The maxima are
+    /// kept apart (max_pool_picked): they are the node's output, and a node that held its own
+    /// output would never be freed (output -> node -> output).
     struct max_pool_picks
     {
-        tensor out;         ///< the maxima, in x's layout (contiguous)
-        tensor idx;         ///< int64, out's shape: each maximum's offset in a contiguous x
+        tensor idx;         ///< int64, the maxima's shape: each maximum's offset in a contiguous x
         shape_type x_shape; ///< the shape of the (contiguous) x the offsets index
         bool channels_last = false;
         kernels::window2d_dims d; ///< the windows
+    };
+    /// What max_pool_pick returns: the window maxima and their positions.
+    struct max_pool_picked
+    {
+        tensor out; ///< the maxima, in x's layout (contiguous)
+        max_pool_picks picks;
     };
     /// The argument checks of max_pool2d (errors name `op`), without touching data.
     void max_pool_check(const tensor& x, const pool2d_params& p, std::string_view data_format, const char* op);
     /// Checks the arguments as max_pool2d does (errors name `op`), then picks every window's
     /// maximum in one kernel pass (see pool.hpp for the tie and NaN rules).
-    max_pool_picks max_pool_pick(const tensor& x, const pool2d_params& p, std::string_view data_format, const char* op);
+    max_pool_picked max_pool_pick(const tensor& x, const pool2d_params& p, std::string_view data_format,
+                                  const char* op);
     /// put_add(g, picks.idx, picks.x_shape), recorded (its gradient is take at picks.idx):
     /// the gradient of the picks' maxima sent back to x. Over disjoint windows one kernel pass
     /// writes it without a zero fill first; the bits are put_add's either way. relu_y: empty,
-    /// or the maxima of a ReLU output (picks.out's shape, contiguous), and then g is masked by
+    /// or the maxima of a ReLU output (picks.idx's shape, contiguous), and then g is masked by
     /// relu_y > 0 first, put_add(where(relu_y > 0, g, 0), ...), over disjoint windows as the
     /// kernel reads g.
     tensor max_pool_scatter(const tensor& g, const max_pool_picks& picks, const tensor& relu_y = {});

@@ -216,8 +216,8 @@ namespace xgrad
         (void)check_pool(x, p, data_format, op);
     }
 
-    detail::max_pool_picks detail::max_pool_pick(const tensor& x, const pool2d_params& p, std::string_view data_format,
-                                                 const char* op)
+    detail::max_pool_picked detail::max_pool_pick(const tensor& x, const pool2d_params& p, std::string_view data_format,
+                                                  const char* op)
     {
         const pool_setup s = check_pool(x, p, data_format, op);
         // Which element of each window is its maximum is a constant of the forward pass; the
@@ -228,22 +228,23 @@ namespace xgrad
         const tensor xc = detail::raw_contiguous(x);
         const shape_type out_shape = s.channels_last ? shape_type{s.im.n, s.out[0], s.out[1], s.im.c}
                                                      : shape_type{s.im.n, s.im.c, s.out[0], s.out[1]};
-        max_pool_picks r;
-        r.idx = detail::empty(out_shape, dtype::int64, x.device());
+        max_pool_picked r;
+        max_pool_picks& k = r.picks;
+        k.idx = detail::empty(out_shape, dtype::int64, x.device());
         r.out = detail::empty(out_shape, x.dtype(), x.device());
-        r.x_shape = xc.shape();
-        r.channels_last = s.channels_last;
-        r.d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
+        k.x_shape = xc.shape();
+        k.channels_last = s.channels_last;
+        k.d = detail::dims_of(x.shape(), s.window, s.channels_last, s.out);
         // No window, no kernel call: its per-row and per-column scratch is sized by the output
         // extents, which an empty batch or channel axis leaves unbounded.
-        if (r.idx.numel() != 0)
+        if (k.idx.numel() != 0)
         {
             const auto xs = detail::image_strides(xc.strides(), s.channels_last);
-            const auto is = detail::image_strides(r.idx.strides(), s.channels_last);
+            const auto is = detail::image_strides(k.idx.strides(), s.channels_last);
             const auto os = detail::image_strides(r.out.strides(), s.channels_last);
             detail::backend_for(x.device())
-                .max_pool2d(r.out.data_ptr(), os.data(), r.idx.data<std::int64_t>(), is.data(), xc.data_ptr(),
-                            xs.data(), x.dtype(), r.d);
+                .max_pool2d(r.out.data_ptr(), os.data(), k.idx.data<std::int64_t>(), is.data(), xc.data_ptr(),
+                            xs.data(), x.dtype(), k.d);
         }
         return r;
     }
@@ -264,11 +265,7 @@ namespace xgrad
     tensor max_pool2d(const tensor& x, const pool2d_params& p, std::string_view data_format)
     {
         XGRAD_PROFILE_OP("max_pool2d");
-        detail::max_pool_picks picks = detail::max_pool_pick(x, p, data_format, "max_pool2d");
-        // The closure keeps the positions, not the output: out -> node -> out would be a
-        // reference cycle that never frees the graph.
-        tensor out = picks.out;
-        picks.out = tensor();
+        auto [out, picks] = detail::max_pool_pick(x, p, data_format, "max_pool2d");
         // The node recorded is take's: its gradient is the scatter.
         record("max_pool2d", {x}, {out}, [picks = std::move(picks)](function_node&, const std::vector<tensor>& g) {
             return std::vector<tensor>{detail::max_pool_scatter(g[0], picks)};
