@@ -422,6 +422,27 @@ namespace xgrad::cpu::simd
                 if constexpr (std::is_same_v<IO, T>)
                     if (p.stream)
                     {
+                        // Rows that do not start on a batch boundary (a channels-first segment
+                        // of 196 floats starts at 16-byte steps) first store the elements up to
+                        // it as a padded batch, so that the rest streams whole aligned batches;
+                        // elementwise, so the same bits whatever the split.
+                        const auto addr = reinterpret_cast<std::uintptr_t>(p.out + o);
+                        constexpr std::uintptr_t bytes = sizeof(T) * static_cast<std::uintptr_t>(w);
+                        const std::int64_t head =
+                            addr % sizeof(T) != 0 ? 0 : std::int64_t((bytes - addr % bytes) % bytes / sizeof(T));
+                        if (head < p.n)
+                        {
+                            if (head > 0)
+                                store_io<Arch, T, true>(p.out + o, finish(eval(std::true_type{}, o, 0, head)), head);
+                            const std::int64_t body = head + (p.n - head) / w * w;
+                            for (std::int64_t i = head; i < body; i += w)
+                                store_stream<Arch, T>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)));
+                            if (body < p.n)
+                                store_io<Arch, T, true>(p.out + o + body,
+                                                        finish(eval(std::true_type{}, o, body, p.n - body)),
+                                                        p.n - body);
+                            continue;
+                        }
                         for (std::int64_t i = 0; i < full; i += w)
                             store_stream<Arch, T>(p.out + o + i, finish(eval(std::false_type{}, o, i, 0)));
                         streamed = true;

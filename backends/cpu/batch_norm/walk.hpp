@@ -199,11 +199,16 @@ namespace xgrad::cpu::bn_detail
                                       .with_g(need_g ? io.g : nullptr, need_g ? io.y : nullptr)
                                       .with_a(need_a ? io.a : nullptr);
         const std::int64_t C = geo.C;
-        // Streaming only pays when whole cache lines are written: rows (runs: segments;
-        // tiles: the columns of an item) a multiple of 64 bytes long and apart.
+        // Streaming only pays when whole cache lines are written: tiles, rows (the columns of
+        // an item) a multiple of 64 bytes long and apart; runs, segments of at least 4 lines
+        // (the kernel stores a segment's part before its first batch boundary, and its last
+        // partial batch, through the cache, and streams the whole batches between: segments of
+        // 196 floats, whose starts fall at 16-byte steps, stored all through the cache made the
+        // channels-first training gradient of 14x14 images 0.8 of the two-pass floor).
         const auto line = [](std::int64_t elems) { return elems * static_cast<std::int64_t>(sizeof(T)) % 64 == 0; };
+        const auto long_run = [](std::int64_t elems) { return elems * static_cast<std::int64_t>(sizeof(T)) >= 256; };
         const bool lines = geo.tiles ? line(geo.rstride) && line(geo.cb) && line(geo.cols)
-                                     : line(geo.inner) && (geo.chunks == 1 || line(geo.chunk_len));
+                                     : long_run(geo.inner) && (geo.chunks == 1 || long_run(geo.chunk_len));
         bool streaming = false;
         for (int o = 0; o < nouts; ++o)
             streaming |= outs[o].stream && lines;

@@ -575,6 +575,7 @@ namespace
                 {5, 3, 32},
                 {7, 3, 33},
                 {3, 2, 67},
+                {9, 5, 196}, // 14x14 images: segments starting at 16-byte steps (streamed stores)
                 {2, 3, 513},
                 {1, 1, 1100},
                 {3, 2, 1100},
