@@ -99,7 +99,8 @@ namespace xgrad::cpu::simd
     /// coef_row_stride 1: the run shape, a row being a channel's segment). Evaluated as
     /// fma(cA, a - mA, fma(cG, g - mG, fma(cX, x - mX, cK))), the same for every element
     /// whatever its position in a batch. relu: the result r is stored as (r < 0 ? 0 : r) (NaN
-    /// kept). stream: whole batches at batch-aligned addresses are stored with non-temporal
+    /// kept). stream: whole batches at batch-aligned addresses (of IO: 16-bit tensors too, except
+    /// at SSE2) are stored with non-temporal
     /// stores (for outputs larger than the cache: no read for ownership, no eviction of the
     /// inputs); the caller issues the store fence (_mm_sfence) once its calls are done, before
     /// the data is handed to another thread.

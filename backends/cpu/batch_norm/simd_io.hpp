@@ -164,44 +164,18 @@ namespace xgrad::cpu::simd
             }
         }
 
-        template <class Arch, class T, bool Tail, class IO>
-        void store_io(IO* p, const batch<Arch, T>& v, std::int64_t rem) noexcept
+        /// A batch of floats as 16-bit values (AVX-512: 16 in a __m256i; AVX2: 8 in the low
+        /// 128 bits), rounded to nearest even as xgrad::to_float16 / to_bfloat16 round: float16
+        /// whatever MXCSR says (the immediate), NaNs quiet with sign and top payload kept.
+        template <class Arch, class IO>
+        auto pack_16(const batch<Arch, float>& v) noexcept
         {
-            if constexpr (std::is_same_v<IO, T>)
-                store<Arch, T, Tail>(p, v, rem);
-            else if constexpr (std::is_same_v<IO, float16_t>)
+            if constexpr (std::is_same_v<IO, float16_t>)
             {
-                // Rounded to nearest even whatever MXCSR says (the immediate), NaNs quiet with
-                // sign and top payload kept, as xgrad::to_float16 rounds; at SSE2 that function
-                // per lane.
-                constexpr std::int64_t w = lanes<Arch, T>;
                 if constexpr (is_avx512<Arch>)
-                {
-                    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-                    if constexpr (Tail)
-                        _mm256_mask_storeu_epi16(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), h);
-                    else
-                        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
-                }
-                else if constexpr (w == 8)
-                {
-                    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-                    if constexpr (Tail)
-                    {
-                        alignas(16) std::uint16_t buf[8];
-                        _mm_store_si128(reinterpret_cast<__m128i*>(buf), h);
-                        __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
-                    }
-                    else
-                        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
-                }
+                    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
                 else
-                {
-                    alignas(16) float buf[4];
-                    v.store_aligned(buf);
-                    for (std::int64_t j = 0; j < (Tail ? rem : 4); ++j)
-                        p[j] = xgrad::to_float16(buf[j]);
-                }
+                    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
             }
             else if constexpr (is_avx512<Arch>)
             {
@@ -214,47 +188,73 @@ namespace xgrad::cpu::simd
                 const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
                                                               _mm512_set1_epi32(0x7f800000));
                 const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-                const __m256i packed = _mm512_cvtepi32_epi16(r); // every lane fits in 16 bits
+                return _mm512_cvtepi32_epi16(r); // every lane fits in 16 bits
+            }
+            else
+            {
+                const __m256i x = _mm256_castps_si256(v);
+                const __m256i hi = _mm256_srli_epi32(x, 16);
+                const __m256i rounded =
+                    _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                                       _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                                      16);
+                const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                                       _mm256_set1_epi32(0x7f800000));
+                const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+                // packus works within each 128-bit lane: take the low 64 bits of both lanes.
+                return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+            }
+        }
+
+        template <class Arch, class T, bool Tail, class IO>
+        void store_io(IO* p, const batch<Arch, T>& v, std::int64_t rem) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            if constexpr (std::is_same_v<IO, T>)
+                store<Arch, T, Tail>(p, v, rem);
+            else if constexpr (is_avx512<Arch>)
+            {
+                const __m256i packed = pack_16<Arch, IO>(v);
                 if constexpr (Tail)
                     _mm256_mask_storeu_epi16(p, static_cast<__mmask16>(first_lanes<Arch>(rem)), packed);
                 else
                     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
             }
-            else
+            else if constexpr (w == 8)
             {
-                constexpr std::int64_t w = lanes<Arch, T>;
-                alignas(64) std::uint16_t buf[8];
-                void* u = Tail ? static_cast<void*>(buf) : static_cast<void*>(p);
-                if constexpr (w == 8)
+                const __m128i packed = pack_16<Arch, IO>(v);
+                if constexpr (Tail)
                 {
-                    const __m256i x = _mm256_castps_si256(v);
-                    const __m256i hi = _mm256_srli_epi32(x, 16);
-                    const __m256i rounded =
-                        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-                                                           _mm256_and_si256(hi, _mm256_set1_epi32(1))),
-                                          16);
-                    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                                           _mm256_set1_epi32(0x7f800000));
-                    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-                    // packus works within each 128-bit lane: take the low 64 bits of both lanes.
-                    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-                    _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm256_castsi256_si128(packed));
+                    alignas(16) std::uint16_t buf[8];
+                    _mm_store_si128(reinterpret_cast<__m128i*>(buf), packed);
+                    __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
                 }
                 else
-                {
-                    const __m128i x = _mm_castps_si128(v);
-                    const __m128i hi = _mm_srli_epi32(x, 16);
-                    const __m128i rounded = _mm_srli_epi32(
-                        _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))),
-                        16);
-                    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)),
-                                                        _mm_set1_epi32(0x7f800000));
-                    const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(hi, _mm_set1_epi32(0x40))),
-                                                   _mm_andnot_si128(nan, rounded));
-                    // Sign-extend the 16-bit results so the signed saturating pack keeps their bits.
-                    const __m128i packed = _mm_packs_epi32(_mm_srai_epi32(_mm_slli_epi32(r, 16), 16), r);
-                    _mm_storel_epi64(reinterpret_cast<__m128i*>(u), packed);
-                }
+                    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+            }
+            else if constexpr (std::is_same_v<IO, float16_t>)
+            {
+                // SSE2 has no F16C: xgrad::to_float16 per lane.
+                alignas(16) float buf[4];
+                v.store_aligned(buf);
+                for (std::int64_t j = 0; j < (Tail ? rem : 4); ++j)
+                    p[j] = xgrad::to_float16(buf[j]);
+            }
+            else
+            {
+                alignas(64) std::uint16_t buf[8];
+                void* u = Tail ? static_cast<void*>(buf) : static_cast<void*>(p);
+                const __m128i x = _mm_castps_si128(v);
+                const __m128i hi = _mm_srli_epi32(x, 16);
+                const __m128i rounded = _mm_srli_epi32(
+                    _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))), 16);
+                const __m128i nan =
+                    _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+                const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(hi, _mm_set1_epi32(0x40))),
+                                               _mm_andnot_si128(nan, rounded));
+                // Sign-extend the 16-bit results so the signed saturating pack keeps their bits.
+                const __m128i packed = _mm_packs_epi32(_mm_srai_epi32(_mm_slli_epi32(r, 16), 16), r);
+                _mm_storel_epi64(reinterpret_cast<__m128i*>(u), packed);
                 if constexpr (Tail)
                     __builtin_memcpy(p, buf, static_cast<unsigned long>(rem) * sizeof(IO));
             }
@@ -282,6 +282,28 @@ namespace xgrad::cpu::simd
                 _mm_stream_pd(p, v);
             else
                 v.store_unaligned(p);
+        }
+
+        /// store_stream for tensors of IO: a full batch, converted as store_io converts, stored
+        /// with a non-temporal store when p is aligned to the batch's bytes (16-bit batches:
+        /// 32 bytes at AVX-512, 16 at AVX2; at SSE2 an ordinary store).
+        template <class Arch, class T, class IO>
+        void store_stream_io(IO* p, const batch<Arch, T>& v) noexcept
+        {
+            constexpr std::int64_t w = lanes<Arch, T>;
+            if constexpr (std::is_same_v<IO, T>)
+                store_stream<Arch, T>(p, v);
+            else if constexpr (is_avx512<Arch> || w == 8)
+            {
+                if (reinterpret_cast<std::uintptr_t>(p) % (sizeof(IO) * w) != 0)
+                    return store_io<Arch, T, false>(p, v, 0);
+                if constexpr (is_avx512<Arch>)
+                    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack_16<Arch, IO>(v));
+                else
+                    _mm_stream_si128(reinterpret_cast<__m128i*>(p), pack_16<Arch, IO>(v));
+            }
+            else
+                store_io<Arch, T, false>(p, v, 0);
         }
     }
 }
