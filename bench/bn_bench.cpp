@@ -303,7 +303,8 @@ namespace
                                 add(name + (c.tensors() == 3 ? "/probe_triad" : "/probe_copy"),
                                     [c](benchmark::State& st) { run_probe(st, c); });
                                 if (kind != op_kind::grad_infer)
-                                    add(name + "/probe_two_pass", [c](benchmark::State& st) { run_probe_two_pass(st, c); });
+                                    add(name + "/probe_two_pass",
+                                        [c](benchmark::State& st) { run_probe_two_pass(st, c); });
                             }
         if (!dnnl_missing.empty())
             benchmark::AddCustomContext("onednn_unsupported", dnnl_missing);

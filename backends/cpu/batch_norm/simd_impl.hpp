@@ -441,8 +441,8 @@ namespace xgrad::cpu::simd
                 constexpr std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(IO));
                 static_assert(line % w == 0, "a line holds whole batches");
                 const auto addr = reinterpret_cast<std::uintptr_t>(p.out + o);
-                const std::int64_t head =
-                    addr % sizeof(IO) != 0 ? p.n : std::int64_t((64 - addr % 64) % 64 / sizeof(IO));
+                const std::int64_t head = addr % sizeof(IO) != 0 ? p.n
+                                                                 : std::int64_t((64 - addr % 64) % 64 / sizeof(IO));
                 const std::int64_t body_end = head >= p.n ? p.n : head + (p.n - head) / line * line;
                 const std::int64_t body_begin = std::min(head, body_end);
                 plain(0, body_begin);

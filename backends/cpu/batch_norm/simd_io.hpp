@@ -248,8 +248,8 @@ namespace xgrad::cpu::simd
                 const __m128i hi = _mm_srli_epi32(x, 16);
                 const __m128i rounded = _mm_srli_epi32(
                     _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))), 16);
-                const __m128i nan =
-                    _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+                const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)),
+                                                    _mm_set1_epi32(0x7f800000));
                 const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(hi, _mm_set1_epi32(0x40))),
                                                _mm_andnot_si128(nan, rounded));
                 // Sign-extend the 16-bit results so the signed saturating pack keeps their bits.

@@ -243,50 +243,50 @@ namespace xgrad::cpu::bn_detail
         if (geo.tiles)
         {
             const std::int64_t rs = geo.rstride;
-            parallel_for(0, geo.tile_items(), std::max<std::int64_t>(1, grain / geo.tile_elems()),
-                         [&](std::int64_t begin, std::int64_t end) {
-                             const std::int64_t cb = geo.cb;
-                             std::vector<S> cexp(static_cast<std::size_t>(nouts * 7 * cb));
-                             // The expanded coefficients depend on the item's columns only, and
-                             // consecutive items mostly share them (a channels-last tensor is
-                             // usually one column block wide): expand when the columns change,
-                             // and only the coefficients an output's expression reads. Expanding
-                             // all seven per 4096-element tile took a fifth of the training
-                             // forward with 16-32 channels.
-                             const S* coef[2][7] = {};
-                             std::int64_t expanded_j0 = -1, expanded_n = -1;
-                             for (std::int64_t item = begin; item < end; ++item)
-                             {
-                                 const auto t = geo.tile_at(item);
-                                 if (t.nvalid == 0)
-                                     continue;
-                                 if (t.j0 != expanded_j0 || t.nvalid != expanded_n)
-                                 {
-                                     // (An unused coefficient points at cK's expansion: the
-                                     // kernels may load it, never use it.)
-                                     for (int o = 0; o < nouts; ++o)
-                                         for (int q = 6; q >= 0; --q)
-                                         {
-                                             const bool used =
-                                                 q == 6 || (q < 2 ? outs[o].a : q < 4 ? outs[o].g : outs[o].x);
-                                             S* e = cexp.data() + (o * 7 + (used ? q : 6)) * cb;
-                                             if (used)
-                                             {
-                                                 const S* src = outs[o].coef + q * C;
-                                                 geo.expand(t.j0, t.nvalid,
-                                                            [&](std::int64_t j, std::int64_t c) { e[j] = src[c]; });
-                                             }
-                                             coef[o][q] = e;
-                                         }
-                                     expanded_j0 = t.j0, expanded_n = t.nvalid;
-                                 }
-                                 const std::int64_t off = t.r0 * rs + t.j0;
-                                 const operands<T, S> pin = in.at(off);
-                                 for (int o = 0; o < nouts; ++o)
-                                     call(outs[o], off, t.nr, t.nvalid, rs, pin, coef[o], 1, 0);
-                             }
-                             fence();
-                         });
+            parallel_for(
+                0, geo.tile_items(), std::max<std::int64_t>(1, grain / geo.tile_elems()),
+                [&](std::int64_t begin, std::int64_t end) {
+                    const std::int64_t cb = geo.cb;
+                    std::vector<S> cexp(static_cast<std::size_t>(nouts * 7 * cb));
+                    // The expanded coefficients depend on the item's columns only, and
+                    // consecutive items mostly share them (a channels-last tensor is
+                    // usually one column block wide): expand when the columns change,
+                    // and only the coefficients an output's expression reads. Expanding
+                    // all seven per 4096-element tile took a fifth of the training
+                    // forward with 16-32 channels.
+                    const S* coef[2][7] = {};
+                    std::int64_t expanded_j0 = -1, expanded_n = -1;
+                    for (std::int64_t item = begin; item < end; ++item)
+                    {
+                        const auto t = geo.tile_at(item);
+                        if (t.nvalid == 0)
+                            continue;
+                        if (t.j0 != expanded_j0 || t.nvalid != expanded_n)
+                        {
+                            // (An unused coefficient points at cK's expansion: the
+                            // kernels may load it, never use it.)
+                            for (int o = 0; o < nouts; ++o)
+                                for (int q = 6; q >= 0; --q)
+                                {
+                                    const bool used = q == 6 || (q < 2 ? outs[o].a : q < 4 ? outs[o].g : outs[o].x);
+                                    S* e = cexp.data() + (o * 7 + (used ? q : 6)) * cb;
+                                    if (used)
+                                    {
+                                        const S* src = outs[o].coef + q * C;
+                                        geo.expand(t.j0, t.nvalid,
+                                                   [&](std::int64_t j, std::int64_t c) { e[j] = src[c]; });
+                                    }
+                                    coef[o][q] = e;
+                                }
+                            expanded_j0 = t.j0, expanded_n = t.nvalid;
+                        }
+                        const std::int64_t off = t.r0 * rs + t.j0;
+                        const operands<T, S> pin = in.at(off);
+                        for (int o = 0; o < nouts; ++o)
+                            call(outs[o], off, t.nr, t.nvalid, rs, pin, coef[o], 1, 0);
+                    }
+                    fence();
+                });
             return;
         }
         parallel_for(0, geo.run_items(), std::max<std::int64_t>(1, grain / geo.run_item_elems()),
