@@ -99,11 +99,15 @@ namespace xgrad::cpu::simd
     /// coef_row_stride 1: the run shape, a row being a channel's segment). Evaluated as
     /// fma(cA, a - mA, fma(cG, g - mG, fma(cX, x - mX, cK))), the same for every element
     /// whatever its position in a batch. relu: the result r is stored as (r < 0 ? 0 : r) (NaN
-    /// kept). stream: whole batches at batch-aligned addresses (of IO: 16-bit tensors too, except
-    /// at SSE2) are stored with non-temporal
-    /// stores (for outputs larger than the cache: no read for ownership, no eviction of the
-    /// inputs); the caller issues the store fence (_mm_sfence) once its calls are done, before
-    /// the data is handed to another thread.
+    /// kept). stream: non-temporal stores (16-bit outputs too, except at SSE2), for outputs
+    /// larger than the cache: no read for ownership, no eviction of the inputs. The general
+    /// loop streams each row's whole 64-byte lines and stores its elements before its first
+    /// line boundary and after its last one through the cache; rows of per-column coefficients
+    /// short enough for their coefficients to stay in registers (at most 4 batches) stream
+    /// whole batches at batch-aligned addresses, so a caller streams those only when they are
+    /// whole, line-aligned lines (a line written partly each way is written back piecemeal). The
+    /// caller issues the store fence (_mm_sfence) once its calls are done, before the data is
+    /// handed to another thread.
     template <class T, class IO = T>
     struct bn_affine
     {
