@@ -336,9 +336,28 @@ namespace xgrad::cpu::simd
                 for (int s = 0; s < 2 * K; ++s)
                     zero.store_unaligned(r.state + ci * state + s * bn_state_lanes);
             const auto keep = !lanes_from<Arch, T>(r.n % w); // the lanes of a padded last batch
+            // A block's segments of one outer index lie together (span bytes), the next outer
+            // index's far away (C * inner elements on). Spans of a few KiB end before the
+            // hardware prefetchers ramp up on them (the 784-byte segments of 14x14 images), so
+            // the lines of the outer index two ahead are requested while this one is summed:
+            // the channels-first training gradient of 14x14 images ran 1.07-1.14x faster (float32,
+            // 1 and 2 threads; bfloat16 1.05-1.11x), other shapes within noise. Longer spans are
+            // left to the hardware: requesting a whole row of a wide item slowed the inference
+            // gradient of 28x28 images by a fifth.
+            const std::int64_t span = ((r.nc - 1) * r.c_stride + r.n) * static_cast<std::int64_t>(sizeof(IO));
+            const bool prefetch = r.no > 2 && span <= 4096 && r.o_stride * static_cast<std::int64_t>(sizeof(IO)) > span;
+            const IO* const inputs[] = {r.x, reads_g<Kind> ? r.g : nullptr, reads_a<Kind> ? r.a : nullptr};
             for (std::int64_t o = 0; o < r.no; ++o)
                 for (std::int64_t ci = 0; ci < r.nc; ++ci)
                 {
+                    if (prefetch && ci == 0 && o + 2 < r.no)
+                        for (const IO* in : inputs)
+                            if (in)
+                            {
+                                const char* first = reinterpret_cast<const char*>(in + (o + 2) * r.o_stride);
+                                for (std::int64_t b = 0; b < span; b += 64)
+                                    __builtin_prefetch(first + b);
+                            }
                     T* st = r.state + ci * state;
                     B acc0[K], acc1[K];
                     unroll<Arch, K>::apply([&](auto si) {
