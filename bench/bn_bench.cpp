@@ -12,7 +12,7 @@
 // gradient cases) or <case>/probe_copy (1 read + 1 write, for forward cases): plain loops the
 // compiler vectorises, over exactly the bytes the case moves, on xgrad's thread pool. Training
 // cases also run <case>/probe_two_pass: the inputs summed, then the same probe (the floor of a
-// kernel that reads its tensors twice from DRAM; see run_probe_two_pass).
+// kernel that reads its tensors twice from DRAM; see run_probe).
 //
 // Sources: this file holds xgrad's runs, the probes, the second-order comparison, registration
 // and main; bn_bench_peers.cpp the two-pass loop and oneDNN; bn_bench_aten.cpp ATen;
@@ -104,40 +104,13 @@ namespace
     // The case's tensors viewed as float arrays of elems * elem_size / 4 values: out = a + b
     // (x, dy -> dx) for gradients, out = a + 0 (x -> dx, a copy the compiler cannot turn into
     // memcpy, so it stores like the kernels do) for forwards.
-    void run_probe(benchmark::State& state, const bn_case& c)
-    {
-        const workspace& ws = workspace_for(c);
-        set_num_threads(c.threads);
-        const i64 n = c.elems() * c.elem_size() / 4;
-        const bool triad = c.tensors() == 3;
-        const cpu_meter meter;
-        for (auto _ : state)
-        {
-            const buffer_set& s = next_set(ws);
-            float* __restrict o = static_cast<float*>(s.dx.get());
-            const float* __restrict a = static_cast<const float*>(s.x.get());
-            const float* __restrict b = static_cast<const float*>(s.dy.get());
-            if (triad)
-                parallel_for(0, n, grain, [&](i64 lo, i64 hi) {
-                    for (i64 i = lo; i < hi; ++i)
-                        o[i] = a[i] + b[i];
-                });
-            else
-                parallel_for(0, n, grain, [&](i64 lo, i64 hi) {
-                    for (i64 i = lo; i < hi; ++i)
-                        o[i] = a[i] + 0.0f;
-                });
-            benchmark::ClobberMemory();
-        }
-        finish(state, c, triad ? "probe 2 reads + 1 write" : "probe copy", meter);
-    }
-
-    // The floor of a training kernel when its tensors do not stay in the cache between its two
-    // passes: every input read once for a reduction (here a plain sum of a, and of b for
-    // gradients), then the probe's elementwise pass reading them again. A channel's sums need
-    // all of its elements before its first output, so a kernel whose channel blocks do not fit
-    // the cache cannot do better; one whose blocks fit can (of_two_pass > 1).
-    void run_probe_two_pass(benchmark::State& state, const bn_case& c)
+    //
+    // two_pass: the floor of a training kernel when its tensors do not stay in the cache
+    // between its two passes: every input read once for a reduction (here a plain sum of a,
+    // and of b for gradients), then the same elementwise pass reading them again. A channel's
+    // sums need all of its elements before its first output, so a kernel whose channel blocks
+    // do not fit the cache cannot do better; one whose blocks fit can (of_two_pass > 1).
+    void run_probe(benchmark::State& state, const bn_case& c, bool two_pass)
     {
         const workspace& ws = workspace_for(c);
         set_num_threads(c.threads);
@@ -152,16 +125,17 @@ namespace
             const float* __restrict b = static_cast<const float*>(s.dy.get());
             // Eight partial sums per range, so that the compiler vectorises the loop (a single
             // float accumulator must be summed in order).
-            parallel_for(0, n, grain, [&](i64 lo, i64 hi) {
-                float acc[8] = {};
-                for (i64 i = lo; i + 8 <= hi; i += 8)
-                    for (int k = 0; k < 8; ++k)
-                        acc[k] += triad ? a[i + k] + b[i + k] : a[i + k];
-                float total = 0;
-                for (float v : acc)
-                    total += v;
-                benchmark::DoNotOptimize(total);
-            });
+            if (two_pass)
+                parallel_for(0, n, grain, [&](i64 lo, i64 hi) {
+                    float acc[8] = {};
+                    for (i64 i = lo; i + 8 <= hi; i += 8)
+                        for (int k = 0; k < 8; ++k)
+                            acc[k] += triad ? a[i + k] + b[i + k] : a[i + k];
+                    float total = 0;
+                    for (float v : acc)
+                        total += v;
+                    benchmark::DoNotOptimize(total);
+                });
             if (triad)
                 parallel_for(0, n, grain, [&](i64 lo, i64 hi) {
                     for (i64 i = lo; i < hi; ++i)
@@ -174,7 +148,7 @@ namespace
                 });
             benchmark::ClobberMemory();
         }
-        finish(state, c, "probe two passes", meter);
+        finish(state, c, two_pass ? "probe two passes" : triad ? "probe 2 reads + 1 write" : "probe copy", meter);
     }
 
     // --- second order: fused op against the composite -------------------------------------
@@ -301,10 +275,10 @@ namespace
                                 if (dt == dtype::float32)
                                     add(name + "/ref", [c](benchmark::State& st) { run_reference(st, c); });
                                 add(name + (c.tensors() == 3 ? "/probe_triad" : "/probe_copy"),
-                                    [c](benchmark::State& st) { run_probe(st, c); });
+                                    [c](benchmark::State& st) { run_probe(st, c, false); });
                                 if (kind != op_kind::grad_infer)
                                     add(name + "/probe_two_pass",
-                                        [c](benchmark::State& st) { run_probe_two_pass(st, c); });
+                                        [c](benchmark::State& st) { run_probe(st, c, true); });
                             }
         if (!dnnl_missing.empty())
             benchmark::AddCustomContext("onednn_unsupported", dnnl_missing);
