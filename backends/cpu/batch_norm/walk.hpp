@@ -201,9 +201,9 @@ namespace xgrad::cpu::bn_detail
         const std::int64_t C = geo.C;
         // Streaming only pays when whole cache lines are written: tiles, rows (the columns of
         // an item) a multiple of 64 bytes long and apart; runs, segments of at least 4 lines
-        // (the kernel stores a segment's part before its first batch boundary, and its last
-        // partial batch, through the cache, and streams the whole batches between: segments of
-        // 196 floats, whose starts fall at 16-byte steps, stored all through the cache made the
+        // (the kernel stores a segment's elements before its first line boundary and after its
+        // last one through the cache, and streams the whole lines between: segments of 196
+        // floats, whose starts fall at 16-byte steps, stored all through the cache made the
         // channels-first training gradient of 14x14 images 0.8 of the two-pass floor).
         const auto line = [](std::int64_t elems) { return elems * static_cast<std::int64_t>(sizeof(T)) % 64 == 0; };
         const auto long_run = [](std::int64_t elems) { return elems * static_cast<std::int64_t>(sizeof(T)) >= 256; };
