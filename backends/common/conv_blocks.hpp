@@ -84,6 +84,116 @@ namespace xgrad::kernels::conv_blocks
         return static_cast<char*>(p) + elements * static_cast<std::int64_t>(elem);
     }
 
+    /// A float32 copy, in scratch from the table, of a bfloat16 array of ndim axes (its strides
+    /// and extents), contiguous in the same axis order; an empty one where src is null. With
+    /// `read` false, only the scratch (for an output the float32 kernel assigns).
+    class float32_copy
+    {
+    public:
+        float32_copy(const kernel_table& t, const void* src, const std::int64_t* strides, int ndim,
+                     const std::int64_t* shape, bool read = true)
+            : m_s(t, src == nullptr ? 0 : static_cast<std::size_t>(contiguous(ndim, shape)) * 4)
+        {
+            if (read && src != nullptr && m_s.get() != nullptr)
+                t.copy(m_s.get(), m_strides.data(), dtype::float32, src, strides, dtype::bfloat16, ndim, shape);
+        }
+        void* get() const noexcept { return m_s.get(); }
+        const std::int64_t* strides() const noexcept { return m_strides.data(); }
+
+    private:
+        /// Fills m_strides (row-major) and returns the element count.
+        std::int64_t contiguous(int ndim, const std::int64_t* shape)
+        {
+            std::int64_t step = 1;
+            for (int i = ndim - 1; i >= 0; --i)
+            {
+                m_strides[static_cast<std::size_t>(i)] = step;
+                step *= shape[i];
+            }
+            return step;
+        }
+
+        std::array<std::int64_t, 4> m_strides{};
+        scratch m_s;
+    };
+
+    /// An image operand [n, c, h, w] (four strides) as float32, stored in the memory order of
+    /// its layout (channels last or first), and its (n, c, h, w) strides.
+    struct float32_image
+    {
+        float32_image(const kernel_table& t, const void* src, const std::int64_t* s, const window2d_dims& d,
+                      bool channels_last, bool read = true)
+            : shape(channels_last ? std::array<std::int64_t, 4>{d.n, d.h, d.w, d.c}
+                                  : std::array<std::int64_t, 4>{d.n, d.c, d.h, d.w}),
+              src_strides(channels_last ? std::array<std::int64_t, 4>{s[0], s[2], s[3], s[1]}
+                                        : std::array<std::int64_t, 4>{s[0], s[1], s[2], s[3]}),
+              copy(t, src, src_strides.data(), 4, shape.data(), read)
+        {
+            const std::int64_t* c = copy.strides();
+            strides = channels_last ? std::array<std::int64_t, 4>{c[0], c[3], c[1], c[2]}
+                                    : std::array<std::int64_t, 4>{c[0], c[1], c[2], c[3]};
+        }
+
+        std::array<std::int64_t, 4> shape, src_strides, strides{};
+        float32_copy copy;
+    };
+
+    /// Rounds n contiguous float32 elements of src into the bfloat16 array dst.
+    inline void round_to_bfloat16(const kernel_table& t, void* dst, const void* src, std::int64_t n)
+    {
+        const std::int64_t shape[1] = {n}, unit[1] = {1};
+        if (n != 0)
+            t.copy(dst, unit, dtype::bfloat16, src, unit, dtype::float32, 1, shape);
+    }
+
+    // bfloat16 through float32 (kernel_list.hpp: bfloat16 operands are summed in float32 and
+    // rounded once): the operands converted into float32 scratch, `run` (the backend's float32
+    // kernel) called on the copies, its output rounded to bfloat16. For backends, or shapes,
+    // without bfloat16 products of their own; the bits are those of the float32 kernel on the
+    // widened operands, rounded once.
+
+    template <class Run>
+    void forward_through_float32(const kernel_table& t, void* y, const void* x, const std::int64_t* xs, const void* w,
+                                 const void* bias, const window2d_dims& d, std::int64_t o, bool channels_last,
+                                 Run&& run)
+    {
+        const std::int64_t k = d.c * d.kh * d.kw, n_y = d.n * d.oh * d.ow * o;
+        const std::int64_t unit[1] = {1}, wn[1] = {k * o}, bn[1] = {o}, yn[1] = {n_y};
+        const float32_image xf(t, x, xs, d, channels_last);
+        const float32_copy wf(t, w, unit, 1, wn), bf(t, bias, unit, 1, bn);
+        const float32_copy yf(t, y, unit, 1, yn, false);
+        run(yf.get(), xf.copy.get(), xf.strides.data(), wf.get(), bias != nullptr ? bf.get() : nullptr);
+        round_to_bfloat16(t, y, yf.get(), n_y);
+    }
+
+    template <class Run>
+    void input_grad_through_float32(const kernel_table& t, void* dx, const std::int64_t* dxs, const void* dy,
+                                    const void* w, const window2d_dims& d, std::int64_t o, bool channels_last,
+                                    Run&& run)
+    {
+        const std::int64_t k = d.c * d.kh * d.kw;
+        const std::int64_t unit[1] = {1}, wn[1] = {k * o}, yn[1] = {d.n * d.oh * d.ow * o};
+        const float32_copy dyf(t, dy, unit, 1, yn), wf(t, w, unit, 1, wn);
+        const float32_image dxf(t, dx, dxs, d, channels_last, false);
+        run(dxf.copy.get(), dxf.strides.data(), dyf.get(), wf.get());
+        if (dxf.copy.get() != nullptr)
+            t.copy(dx, dxf.src_strides.data(), dtype::bfloat16, dxf.copy.get(), dxf.copy.strides(), dtype::float32, 4,
+                   dxf.shape.data());
+    }
+
+    template <class Run>
+    void weight_grad_through_float32(const kernel_table& t, void* dw, const void* x, const std::int64_t* xs,
+                                     const void* dy, const window2d_dims& d, std::int64_t o, bool channels_last,
+                                     Run&& run)
+    {
+        const std::int64_t k = d.c * d.kh * d.kw;
+        const std::int64_t unit[1] = {1}, wn[1] = {k * o}, yn[1] = {d.n * d.oh * d.ow * o};
+        const float32_image xf(t, x, xs, d, channels_last);
+        const float32_copy dyf(t, dy, unit, 1, yn), dwf(t, dw, unit, 1, wn, false);
+        run(dwf.get(), xf.copy.get(), xf.strides.data(), dyf.get());
+        round_to_bfloat16(t, dw, dwf.get(), k * o);
+    }
+
     /// Unfolds block b of x into cols (laid out as cols_strides(nb, by_image) says).
     inline void unfold_block(const kernel_table& t, const plan& p, void* cols, const void* x, const std::int64_t* xs,
                              dtype dt, std::int64_t b, bool by_image)
@@ -100,6 +210,12 @@ namespace xgrad::kernels::conv_blocks
                  const void* bias, dtype dt, const window2d_dims& d, std::int64_t o, bool channels_last,
                  std::int64_t block)
     {
+        if (dt == dtype::bfloat16)
+            return forward_through_float32(
+                t, y, x, xs, w, bias, d, o, channels_last,
+                [&](void* yf, const void* xf, const std::int64_t* xfs, const void* wf, const void* bf) {
+                    forward(t, exec, yf, xf, xfs, wf, bf, dtype::float32, d, o, channels_last, block);
+                });
         const plan p(d, o, channels_last, block, dt);
         const std::int64_t l = p.l, k = p.k;
         exec(p.blocks, [&](std::int64_t first, std::int64_t last) {
@@ -136,6 +252,12 @@ namespace xgrad::kernels::conv_blocks
                     const void* w, dtype dt, const window2d_dims& d, std::int64_t o, bool channels_last,
                     std::int64_t block)
     {
+        if (dt == dtype::bfloat16)
+            return input_grad_through_float32(
+                t, dx, dxs, dy, w, d, o, channels_last,
+                [&](void* dxf, const std::int64_t* dxfs, const void* dyf, const void* wf) {
+                    input_grad(t, exec, dxf, dxfs, dyf, wf, dtype::float32, d, o, channels_last, block);
+                });
         const plan p(d, o, channels_last, block, dt);
         const std::int64_t l = p.l, k = p.k;
         if (d.n == 0 || d.c == 0 || d.h == 0 || d.w == 0) // an empty dx: nothing to write
@@ -214,6 +336,12 @@ namespace xgrad::kernels::conv_blocks
                      const void* dy, dtype dt, const window2d_dims& d, std::int64_t o, bool channels_last,
                      std::int64_t block, std::int64_t chains)
     {
+        if (dt == dtype::bfloat16)
+            return weight_grad_through_float32(
+                t, dw, x, xs, dy, d, o, channels_last,
+                [&](void* dwf, const void* xf, const std::int64_t* xfs, const void* dyf) {
+                    weight_grad(t, exec, dwf, xf, xfs, dyf, dtype::float32, d, o, channels_last, block, chains);
+                });
         const plan p(d, o, channels_last, block, dt);
         const std::int64_t l = p.l, k = p.k;
         const weight_grad_runs runs(t, dw, dt, k * o, p.blocks, chains);

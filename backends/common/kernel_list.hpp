@@ -147,7 +147,11 @@ namespace xgrad::kernels
     //   channels first (NCHW): y_n [O, L] = w [O, K] unfold(x_n) [K, L] for each image n, w's
     //     columns ordered (c, kh, kw); y is [N, O, OH, OW].
     // x and dx are images [n, c, h, w] given by four strides in that order (any layout); y, dy,
-    // w, dw and bias are contiguous. dt: float32 or float64. The images are taken `block` at a
+    // w, dw and bias are contiguous. dt: float32, float64 or bfloat16. In bfloat16 every operand
+    // and output (bias too) is bfloat16, the products are summed in float32 and each result is
+    // rounded once; a backend may use bfloat16 dot-product hardware there, in its own order of
+    // summation (the CPU's AMX tiles, which also read subnormal inputs as zero), else it runs its
+    // float32 kernel on widened copies (conv_blocks.hpp). The images are taken `block` at a
     // time (block >= 1): each block's windows are unfolded into scratch of block * L * K
     // elements, multiplied and, for the input gradient, folded while they are in the cache.
     // Results depend on block only through the order of the weight gradient's sum over blocks;

@@ -25,11 +25,14 @@
 // `transposed`); other input gradients stay on the GEMM path. See
 // docs/training_performance.md.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backends/common/conv_blocks.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
+#include "backends/cpu/simd/amx.hpp"
+#include "xgrad/half.hpp"
 #include "xgrad/thread_pool.hpp"
 
 namespace xgrad::cpu
@@ -72,20 +75,29 @@ namespace xgrad::cpu
             }
 
             kernels::window2d_dims d;
+            /// Elements between a band's consecutive columns: d.c, or more (zeros after the
+            /// channels) where a kernel reads whole tiles of channels.
+            std::int64_t cs;
             std::int64_t k, l, rows, count, in_rows, width, row_step;
+            /// Per tap (kh, kw, c), its offset from a position's first element.
             std::vector<std::int64_t> taps;
 
             /// For a window that a direct path takes: fit(), and k at most max_taps.
-            explicit bands(const kernels::window2d_dims& dims)
-                : d(dims), k(d.c * d.kh * d.kw), l(d.oh * d.ow), rows(rows_of(d)), count((d.oh + rows - 1) / rows),
-                  in_rows((rows - 1) * d.sh + (d.kh - 1) * d.dh + 1),
-                  width(d.ow == 0 ? 0 : (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1), row_step(width * d.c),
+            explicit bands(const kernels::window2d_dims& dims, std::int64_t channel_step = 0)
+                : d(dims), cs(std::max(channel_step, d.c)), k(d.c * d.kh * d.kw), l(d.oh * d.ow), rows(rows_of(d)),
+                  count((d.oh + rows - 1) / rows), in_rows((rows - 1) * d.sh + (d.kh - 1) * d.dh + 1),
+                  width(d.ow == 0 ? 0 : (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1), row_step(width * cs),
                   taps(static_cast<std::size_t>(k))
             {
                 for (std::int64_t i = 0, t = 0; i < d.kh; ++i)
                     for (std::int64_t j = 0; j < d.kw; ++j)
                         for (std::int64_t c = 0; c < d.c; ++c)
-                            taps[static_cast<std::size_t>(t++)] = i * d.dh * row_step + j * d.dw * d.c + c;
+                            taps[static_cast<std::size_t>(t++)] = i * d.dh * row_step + j * d.dw * cs + c;
+            }
+            /// The offset of each window position (kh, kw) alone.
+            std::int64_t window_offset(std::int64_t t) const
+            {
+                return t / d.kw * d.dh * row_step + t % d.kw * d.dw * cs;
             }
 
             /// A band's buffer, in elements.
@@ -103,18 +115,21 @@ namespace xgrad::cpu
                     const std::int64_t ih = h_first + r;
                     if (ih < 0 || ih >= d.h)
                     {
-                        std::fill(band, band + row_step, T(0));
+                        std::fill(band, band + row_step, T{});
                         continue;
                     }
                     for (std::int64_t col = 0; col < width; ++col)
                     {
                         const std::int64_t iw = col - d.pw;
-                        T* out = band + col * d.c;
+                        T* out = band + col * cs;
                         if (iw < 0 || iw >= d.w)
-                            std::fill(out, out + d.c, T(0));
+                            std::fill(out, out + cs, T{});
                         else
+                        {
                             for (std::int64_t c = 0; c < d.c; ++c)
                                 out[c] = x[ih * xs[2] + iw * xs[3] + c * xs[1]];
+                            std::fill(out + d.c, out + cs, T{});
+                        }
                     }
                 }
             }
@@ -214,6 +229,9 @@ namespace xgrad::cpu
             });
         }
 
+        void amx_forward(bfloat16_t* y, const bfloat16_t* x, const std::int64_t* xs, const bfloat16_t* w,
+                         const bfloat16_t* bias, const kernels::window2d_dims& d, std::int64_t o);
+
         /// dx through the transposed convolution (tr, see transposed) of dy with the flipped
         /// weights wt[i', j', q, c] = w[kh - 1 - i', kw - 1 - j', c, q].
         template <class T>
@@ -229,7 +247,10 @@ namespace xgrad::cpu
                                 w[(((d.kh - 1 - i) * d.kw + (d.kw - 1 - j)) * d.c + c) * o + q];
             // dy [n, oh, ow, o] in the (n, c, h, w) order of the kernels' strides.
             const std::int64_t dys[4] = {d.oh * d.ow * o, 1, d.ow * o, o};
-            direct_forward(dx, dy, dys, wt.data(), static_cast<const T*>(nullptr), tr, d.c);
+            if constexpr (std::is_same_v<T, bfloat16_t>)
+                amx_forward(dx, dy, dys, wt.data(), nullptr, tr, d.c);
+            else
+                direct_forward(dx, dy, dys, wt.data(), static_cast<const T*>(nullptr), tr, d.c);
         }
 
         template <class T>
@@ -261,12 +282,161 @@ namespace xgrad::cpu
             });
             runs.add_partials();
         }
+
+        // ---- bfloat16 on AMX tiles (simd/amx.hpp) ------------------------------------------
+        //
+        // The direct path's bands in bfloat16: the forward reads each tap's channels for 16
+        // positions of an output row as one A tile straight from the band (channels padded to
+        // whole tiles of 32), so, as in float32, there is no cols matrix. The weight gradient
+        // gathers a band's positions in pairs (the B tiles' VNNI order) and dy transposed, then
+        // sums them tile by tile into a float32 accumulator per run of blocks.
+
+        /// The fewest input channels the AMX path takes: below that most of each 32-channel
+        /// tile would multiply padding, and the float32 direct kernels are faster.
+        constexpr std::int64_t amx_channels_min = 16;
+
+        std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+
+        /// Whether a channels-last bfloat16 convolution of dims d runs on the AMX tiles.
+        bool amx_path(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt)
+        {
+            if (!channels_last || dt != dtype::bfloat16 || d.c < amx_channels_min || o < 1 || !amx_in_use())
+                return false;
+            kernels::window2d_dims padded = d;
+            padded.c = round_up(d.c, amx::tile_depth);
+            return bands::fit(padded);
+        }
+
+        /// w [(kh, kw, c), o] in the A x B order of amx::conv_forward: per 16 output channels,
+        /// per window position, per 32 channels, 16 pairs of channels x 16 outputs x 2.
+        std::vector<bfloat16_t> amx_pack_weights(const bfloat16_t* w, std::int64_t taps, std::int64_t c,
+                                                 std::int64_t cp, std::int64_t o)
+        {
+            const std::int64_t o16 = (o + 15) / 16, ncc = cp / amx::tile_depth;
+            std::vector<bfloat16_t> p(static_cast<std::size_t>(o16 * taps * ncc * amx::tile_elements));
+            for (std::int64_t og = 0; og < o16; ++og)
+                for (std::int64_t t = 0; t < taps; ++t)
+                    for (std::int64_t ch = 0; ch < c; ++ch)
+                        for (std::int64_t j = 0; j < 16 && og * 16 + j < o; ++j)
+                        {
+                            const std::int64_t tile = (og * taps + t) * ncc + ch / amx::tile_depth;
+                            const std::int64_t pair = ch % amx::tile_depth / 2;
+                            p[static_cast<std::size_t>(tile * amx::tile_elements + (pair * 16 + j) * 2 + ch % 2)] =
+                                w[(t * c + ch) * o + og * 16 + j];
+                        }
+            return p;
+        }
+
+        void amx_forward(bfloat16_t* y, const bfloat16_t* x, const std::int64_t* xs, const bfloat16_t* w,
+                         const bfloat16_t* bias, const kernels::window2d_dims& d, std::int64_t o)
+        {
+            const std::int64_t cp = round_up(d.c, amx::tile_depth);
+            const bands bs(d, cp);
+            const std::int64_t taps = d.kh * d.kw, pos_step = d.sw * cp;
+            std::vector<std::int64_t> offsets(static_cast<std::size_t>(taps));
+            for (std::int64_t t = 0; t < taps; ++t)
+                offsets[static_cast<std::size_t>(t)] = bs.window_offset(t);
+            const std::vector<bfloat16_t> packed = amx_pack_weights(w, taps, d.c, cp, o);
+            std::vector<float> bias_f;
+            if (bias != nullptr)
+                for (std::int64_t q = 0; q < o; ++q)
+                    bias_f.push_back(to_float(bias[q]));
+            // A tile's 16 rows start at every position of a row: past a row's last position they
+            // read up to 15 more position steps, zeros kept after the band.
+            const std::int64_t slack = amx::tile_rows * pos_step;
+            parallel_for(0, d.n * bs.count, 1, [&](std::int64_t first, std::int64_t last) {
+                std::vector<bfloat16_t> band(static_cast<std::size_t>(bs.elements() + slack));
+                for (std::int64_t i = first; i < last; ++i)
+                {
+                    const std::int64_t n = i / bs.count, s = i % bs.count;
+                    bs.copy(band.data(), x + n * xs[0], xs, s);
+                    amx::conv_forward(y + (n * bs.l + s * bs.rows * d.ow) * o, d.ow * o, band.data(),
+                                      d.sh * bs.row_step, pos_step, offsets.data(), taps, cp, packed.data(),
+                                      bias != nullptr ? bias_f.data() : nullptr, bs.out_rows(s), d.ow, o);
+                }
+            });
+        }
+
+        void amx_weight_grad(bfloat16_t* dw, const bfloat16_t* x, const std::int64_t* xs, const bfloat16_t* dy,
+                             const kernels::window2d_dims& d, std::int64_t o, std::int64_t block, std::int64_t chains)
+        {
+            const bands bs(d);
+            const std::int64_t taps = d.kh * d.kw, c16 = (d.c + 15) / 16, k16 = taps * c16, o16 = (o + 15) / 16;
+            const std::int64_t ld = k16 * 16, acc_elements = o16 * 16 * ld;
+            const std::int64_t mp_max = round_up(bs.rows * d.ow, amx::tile_depth);
+            // The sums are float32 [16 o16, 16 k16] (dw transposed, padded), per run of blocks as
+            // the contract orders them, and rounded to bfloat16 once at the end.
+            const kernels::conv_blocks::plan p(d, o, true, block, dtype::float32);
+            std::vector<float> total(static_cast<std::size_t>(acc_elements));
+            const kernels::conv_blocks::weight_grad_runs runs(fast_kernels(), total.data(), dtype::float32,
+                                                              acc_elements, p.blocks, chains);
+            parallel_for(0, runs.count(), 1, [&](std::int64_t first, std::int64_t last) {
+                std::vector<bfloat16_t> band(static_cast<std::size_t>(bs.elements()));
+                std::vector<bfloat16_t> dyt(static_cast<std::size_t>(o16 * 16 * mp_max));
+                std::vector<bfloat16_t> xp(static_cast<std::size_t>(k16 * mp_max * 16));
+                std::vector<std::int64_t> at(static_cast<std::size_t>(mp_max));
+                for (std::int64_t c = first; c < last; ++c)
+                {
+                    float* acc = static_cast<float*>(runs.out(c));
+                    std::fill(acc, acc + acc_elements, 0.0f);
+                    const std::int64_t n0 = runs.first_block(c) * p.block;
+                    const std::int64_t n1 = std::min(d.n, runs.last_block(c) * p.block);
+                    for (std::int64_t n = n0; n < n1; ++n)
+                        for (std::int64_t s = 0; s < bs.count; ++s)
+                        {
+                            bs.copy(band.data(), x + n * xs[0], xs, s);
+                            const std::int64_t npos = bs.out_rows(s) * d.ow, mp = round_up(npos, amx::tile_depth);
+                            const bfloat16_t* dys = dy + (n * bs.l + s * bs.rows * d.ow) * o;
+                            // dy transposed: dyt[q][m], zero past o and npos.
+                            std::fill(dyt.begin(), dyt.begin() + o16 * 16 * mp, bfloat16_t{});
+                            for (std::int64_t m = 0; m < npos; ++m)
+                                for (std::int64_t q = 0; q < o; ++q)
+                                    dyt[static_cast<std::size_t>(q * mp + m)] = dys[m * o + q];
+                            // Each position's first element in the band.
+                            for (std::int64_t m = 0; m < npos; ++m)
+                                at[static_cast<std::size_t>(m)] = m / d.ow * d.sh * bs.row_step + m % d.ow * d.sw * d.c;
+                            // x by pairs of positions: xp[t c16 + ct][m / 2][j][m % 2].
+                            std::fill(xp.begin(), xp.begin() + k16 * mp * 16, bfloat16_t{});
+                            for (std::int64_t t = 0; t < taps; ++t)
+                                for (std::int64_t ct = 0; ct < c16; ++ct)
+                                {
+                                    bfloat16_t* tile = xp.data() + (t * c16 + ct) * mp * 16;
+                                    const std::int64_t from = bs.window_offset(t) + ct * 16;
+                                    const std::int64_t cols = std::min<std::int64_t>(16, d.c - ct * 16);
+                                    for (std::int64_t m = 0; m < npos; ++m)
+                                    {
+                                        const bfloat16_t* src = band.data() + at[static_cast<std::size_t>(m)] + from;
+                                        bfloat16_t* dst = tile + m / 2 * 32 + m % 2;
+                                        for (std::int64_t j = 0; j < cols; ++j)
+                                            dst[j * 2] = src[j];
+                                    }
+                                }
+                            amx::conv_weight_grad(acc, ld, dyt.data(), xp.data(), o16, k16, mp);
+                        }
+                }
+            });
+            runs.add_partials();
+            for (std::int64_t t = 0; t < taps; ++t)
+                for (std::int64_t ch = 0; ch < d.c; ++ch)
+                    for (std::int64_t q = 0; q < o; ++q)
+                        dw[(t * d.c + ch) * o + q] =
+                            to_bfloat16(total[static_cast<std::size_t>(q * ld + t * c16 * 16 + ch)]);
+        }
     }
 
     void conv2d_forward(void* y, const void* x, const std::int64_t* x_strides, const void* w, const void* bias,
                         dtype dt, const kernels::window2d_dims& d, std::int64_t o, bool channels_last,
                         std::int64_t block)
     {
+        if (amx_path(d, o, channels_last, dt))
+            return amx_forward(static_cast<bfloat16_t*>(y), static_cast<const bfloat16_t*>(x), x_strides,
+                               static_cast<const bfloat16_t*>(w), static_cast<const bfloat16_t*>(bias), d, o);
+        if (dt == dtype::bfloat16) // through this backend's float32 kernels, direct paths included
+            return kernels::conv_blocks::forward_through_float32(
+                fast_kernels(), y, x, x_strides, w, bias, d, o, channels_last,
+                [&](void* yf, const void* xf, const std::int64_t* xfs, const void* wf, const void* bf) {
+                    conv2d_forward(yf, xf, xfs, wf, bf, dtype::float32, d, o, channels_last, block);
+                });
         if (direct_forward_of(d, o, channels_last, dt))
             return kernels::visit_compute(dt, [&](auto tag) {
                 using T = decltype(tag);
@@ -280,6 +450,20 @@ namespace xgrad::cpu
     void conv2d_input_grad(void* dx, const std::int64_t* dx_strides, const void* dy, const void* w, dtype dt,
                            const kernels::window2d_dims& d, std::int64_t o, bool channels_last, std::int64_t block)
     {
+        if (dt == dtype::bfloat16)
+        {
+            // The stride-1 input gradient is a forward convolution (transposed), on the tiles
+            // where that forward is.
+            if (const transposed tr(d, dx_strides, o, channels_last, dtype::float32);
+                tr.ok && amx_path(tr.t, d.c, channels_last, dt))
+                return direct_input_grad(static_cast<bfloat16_t*>(dx), static_cast<const bfloat16_t*>(dy),
+                                         static_cast<const bfloat16_t*>(w), d, o, tr.t);
+            return kernels::conv_blocks::input_grad_through_float32(
+                fast_kernels(), dx, dx_strides, dy, w, d, o, channels_last,
+                [&](void* dxf, const std::int64_t* dxfs, const void* dyf, const void* wf) {
+                    conv2d_input_grad(dxf, dxfs, dyf, wf, dtype::float32, d, o, channels_last, block);
+                });
+        }
         if (const transposed tr(d, dx_strides, o, channels_last, dt); tr.ok)
             return kernels::visit_compute(dt, [&](auto tag) {
                 using T = decltype(tag);
@@ -293,6 +477,15 @@ namespace xgrad::cpu
                             const kernels::window2d_dims& d, std::int64_t o, bool channels_last, std::int64_t block,
                             std::int64_t chains)
     {
+        if (amx_path(d, o, channels_last, dt))
+            return amx_weight_grad(static_cast<bfloat16_t*>(dw), static_cast<const bfloat16_t*>(x), x_strides,
+                                   static_cast<const bfloat16_t*>(dy), d, o, block, chains);
+        if (dt == dtype::bfloat16)
+            return kernels::conv_blocks::weight_grad_through_float32(
+                fast_kernels(), dw, x, x_strides, dy, d, o, channels_last,
+                [&](void* dwf, const void* xf, const std::int64_t* xfs, const void* dyf) {
+                    conv2d_weight_grad(dwf, xf, xfs, dyf, dtype::float32, d, o, channels_last, block, chains);
+                });
         if (direct_weight_grad_of(d, o, channels_last, dt))
             return kernels::visit_compute(dt, [&](auto tag) {
                 using T = decltype(tag);

@@ -11,8 +11,11 @@
 #include <atomic>
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "backends/cpu/dispatch.hpp"
+#include "backends/cpu/simd/amx.hpp"
 #include "backends/cpu/simd/level.hpp"
 
 namespace xgrad::cpu
@@ -20,6 +23,7 @@ namespace xgrad::cpu
     namespace
     {
         std::atomic<simd_level> g_limit{simd_level_max};
+        std::atomic<bool> g_amx_enabled{true};
 
         /// XCR0, the register state the OS saves on context switches (0 without OSXSAVE).
         unsigned os_saved_state() noexcept
@@ -54,6 +58,37 @@ namespace xgrad::cpu
             return (b & need) == need && has_avx2_fma() && (os_saved_state() & 0xe6u) == 0xe6u;
         }
     }
+
+    bool amx_supported() noexcept
+    {
+        static const bool ok = [] {
+            unsigned a = 0, b = 0, c = 0, d = 0;
+            // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+            if (!has_avx512() || __get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || (d & (1u << 22)) == 0 ||
+                (d & (1u << 24)) == 0)
+                return false;
+            // XCR0 bits 17 and 18: the OS saves the tile configuration and data.
+            if ((os_saved_state() & 0x60000u) != 0x60000u)
+                return false;
+            // Linux hands the 8 KiB of tile data to a process only on request (arch_prctl
+            // ARCH_REQ_XCOMP_PERM for feature 18, XTILEDATA); until then a tile instruction
+            // faults. The request is made once and holds for every thread of the process.
+            constexpr long arch_req_xcomp_perm = 0x1023, arch_get_xcomp_perm = 0x1022, xtiledata = 18;
+            if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xtiledata) != 0)
+                return false;
+            unsigned long long granted = 0;
+            return syscall(SYS_arch_prctl, arch_get_xcomp_perm, &granted) == 0 && (granted >> xtiledata & 1u) != 0;
+        }();
+        return ok;
+    }
+
+    bool amx_in_use() noexcept
+    {
+        return g_amx_enabled.load(std::memory_order_relaxed) && simd_level_in_use() == simd_level::avx512 &&
+               amx_supported();
+    }
+
+    void limit_amx(bool enabled) noexcept { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
 
     bool detail::use_f16c() noexcept
     {

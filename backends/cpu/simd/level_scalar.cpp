@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/simd/amx.hpp"
 #include "backends/cpu/simd/level.hpp"
 
 namespace xgrad::cpu
@@ -12,6 +13,9 @@ namespace xgrad::cpu
     simd_level simd_supported() noexcept { return simd_level::scalar; }
     simd_level simd_level_in_use() noexcept { return simd_level::scalar; }
     void limit_simd_level(simd_level) noexcept {}
+    bool amx_supported() noexcept { return false; }
+    bool amx_in_use() noexcept { return false; }
+    void limit_amx(bool) noexcept {}
 
     std::int64_t bn_set_resident_budget(std::int64_t bytes) noexcept
     {

@@ -15,7 +15,8 @@
 // into scratch small enough to stay in a core's cache (block_elements), multiplies it there
 // and folds it there, so the cols matrices never reach DRAM and nothing cols-sized is kept
 // between the passes: the weight gradient unfolds x again, block by block. The ops check the
-// shapes, convert 16-bit operands to float32 and choose the blocking, from the shape alone.
+// shapes, convert float16 operands to float32 (bfloat16 goes to the kernels as it is) and
+// choose the blocking, from the shape alone.
 //
 // Gradients: all three maps are linear in each operand, and each one's adjoints are the other
 // two (with <., .> the sum of elementwise products):
@@ -113,8 +114,13 @@ namespace xgrad::detail
             check_same(a, b, op);
         }
 
-        /// The compute dtype's contiguous copy of an operand (itself when it already is).
-        tensor gemm_ready(const tensor& t) { return raw_contiguous(raw_cast(t, compute_dtype(t.dtype()))); }
+        /// The dtype the kernels get: bfloat16 as it is (kernel_list.hpp: its products are
+        /// summed in float32, on bfloat16 dot-product hardware where the backend has it), float16
+        /// widened to float32, float32 and float64 unchanged.
+        dtype kernel_dtype(dtype dt) { return dt == dtype::bfloat16 ? dt : compute_dtype(dt); }
+
+        /// The kernel dtype's contiguous copy of an operand (itself when it already is).
+        tensor gemm_ready(const tensor& t) { return raw_contiguous(raw_cast(t, kernel_dtype(t.dtype()))); }
     }
 
     std::int64_t conv_set_block_elements(std::int64_t elements) noexcept
@@ -136,7 +142,7 @@ namespace xgrad::detail
         if (wmat.shape() != c.w_shape())
             window_fail(op, "weight matrix of shape " + shape_to_string(wmat.shape()) + ", expected " +
                                 shape_to_string(c.w_shape()));
-        const dtype cdt = compute_dtype(x.dtype());
+        const dtype cdt = kernel_dtype(x.dtype());
         const tensor xc = raw_cast(x, cdt), wc = gemm_ready(wmat);
         const tensor bc = bias.defined() ? gemm_ready(bias) : tensor{};
         tensor y = empty(c.y_shape(), cdt, x.device());
@@ -176,7 +182,7 @@ namespace xgrad::detail
                         "dy " + shape_to_string(dy.shape()) + " and weight matrix " + shape_to_string(wmat.shape()) +
                             " do not match x " + shape_to_string(x_shape) + " (expected " +
                             shape_to_string(c.y_shape()) + " and " + shape_to_string(c.w_shape()) + ")");
-        const dtype cdt = compute_dtype(dy.dtype());
+        const dtype cdt = kernel_dtype(dy.dtype());
         const tensor dyc = gemm_ready(dy), wc = gemm_ready(wmat);
         tensor dx = empty(x_shape, cdt, dy.device());
         if (dx.numel() != 0)
@@ -208,7 +214,7 @@ namespace xgrad::detail
         if (dy.shape() != c.y_shape())
             window_fail("conv2d_weight_grad", "dy of shape " + shape_to_string(dy.shape()) + " does not match x " +
                                                   shape_to_string(x.shape()));
-        const dtype cdt = compute_dtype(x.dtype());
+        const dtype cdt = kernel_dtype(x.dtype());
         const tensor xc = raw_cast(x, cdt), dyc = gemm_ready(dy);
         tensor dw = empty(c.w_shape(), cdt, x.device());
         if (dw.numel() != 0)
