@@ -52,6 +52,29 @@ namespace xgrad::cpu
                             if (f16c)
                                 return detail::f16_to_f32_hw(o, reinterpret_cast<const std::uint16_t*>(in), n);
                         }
+                        else if constexpr (std::is_same_v<O, bfloat16_t> && std::is_same_v<X, float>)
+                        {
+                            // to_bfloat16 without its branch, so that the loop vectorises: the
+                            // rounded bits, or the quieted NaN.
+                            for (std::int64_t j = 0; j < n; ++j)
+                            {
+                                std::uint32_t u;
+                                std::memcpy(&u, in + j, 4);
+                                const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+                                const std::uint32_t nan = (u >> 16) | 0x40u;
+                                o[j].bits = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+                            }
+                            return;
+                        }
+                        else if constexpr (std::is_same_v<O, float> && std::is_same_v<X, bfloat16_t>)
+                        {
+                            for (std::int64_t j = 0; j < n; ++j)
+                            {
+                                const std::uint32_t u = std::uint32_t{in[j].bits} << 16;
+                                std::memcpy(o + j, &u, 4);
+                            }
+                            return;
+                        }
                         if constexpr (!std::is_same_v<O, X>)
                             for (std::int64_t j = 0; j < n; ++j)
                                 o[j] = detail::convert<O>(in[j]);

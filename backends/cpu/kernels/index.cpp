@@ -178,6 +178,55 @@ namespace xgrad::cpu
                 }
             }
 #endif
+            // 16-bit channels-last windows inside the input: the functor's loop above in plain
+            // C++, widening each element (the general loop below would walk each channel's plane
+            // with a stride of C elements).
+            if (!std::is_same_v<T, S> && inside && x_strides[1] == 1 && out_strides[1] == 1 && idx_strides[1] == 1)
+            {
+                std::vector<std::int64_t> offsets(static_cast<std::size_t>(taps));
+                for (std::int64_t i = 0; i < d.kh; ++i)
+                    for (std::int64_t j = 0; j < d.kw; ++j)
+                        offsets[static_cast<std::size_t>(i * d.kw + j)] = i * step_i + j * step_j;
+                const std::int64_t x_step = d.sw * x_strides[3];
+                parallel_for(
+                    0, d.n * d.oh, std::max<std::int64_t>(1, grain / std::max<std::int64_t>(1, taps * d.c * d.ow)),
+                    [&](std::int64_t b, std::int64_t e) {
+                        std::vector<S> best(static_cast<std::size_t>(d.c));
+                        for (std::int64_t q = b; q < e; ++q)
+                        {
+                            const std::int64_t n = q / d.oh, oh = q % d.oh;
+                            const std::int64_t origin = n * x_strides[0] + rows[static_cast<std::size_t>(oh)].offset +
+                                                        cols[0].offset;
+                            for (std::int64_t w = 0; w < d.ow; ++w)
+                            {
+                                const std::int64_t at = origin + w * x_step;
+                                std::int64_t* id = idx + n * idx_strides[0] + oh * idx_strides[2] + w * idx_strides[3];
+                                T* o = op + n * out_strides[0] + oh * out_strides[2] + w * out_strides[3];
+                                for (std::int64_t j = 0; j < d.c; ++j)
+                                {
+                                    best[static_cast<std::size_t>(j)] = detail::widen<S>(xp[at + offsets[0] + j]);
+                                    id[j] = offsets[0];
+                                }
+                                // The first maximum wins and a NaN, once taken, stays (as below).
+                                for (std::int64_t k = 1; k < taps; ++k)
+                                    for (std::int64_t j = 0; j < d.c; ++j)
+                                    {
+                                        S& bv = best[static_cast<std::size_t>(j)];
+                                        const S v = detail::widen<S>(xp[at + offsets[k] + j]);
+                                        const bool take = bv == bv && !(v <= bv);
+                                        bv = take ? v : bv;
+                                        id[j] = take ? offsets[k] : id[j];
+                                    }
+                                for (std::int64_t j = 0; j < d.c; ++j)
+                                {
+                                    o[j] = xp[at + id[j] + j];
+                                    id[j] += at + j;
+                                }
+                            }
+                        }
+                    });
+                return;
+            }
             // The general loop: any window, layout, padding and dtype. The 2x2 windows inside the input
             // (stride 2 or 1) take four loads and three branch-free selections per output,
             // with the same first-maximum and NaN rule as the search below.
@@ -311,6 +360,30 @@ namespace xgrad::cpu
                                 continue;
                             }
 #endif
+                            if (oh >= 0 && xs[1] == 1 && gs[1] == 1 && is[1] == 1)
+                            {
+                                // Contiguous channels (16-bit, or a scalar build): the functor's
+                                // selection, widening each element.
+                                const std::int64_t win = n * is[0] + oh * is[2], grow = n * gs[0] + oh * gs[2];
+                                for (std::int64_t w = 0; w < d.w; ++w)
+                                {
+                                    const std::int64_t ow = window_col[static_cast<std::size_t>(w)];
+                                    T* row = out + base + w * xs[3];
+                                    if (ow < 0)
+                                    {
+                                        std::fill(row, row + d.c, zero);
+                                        continue;
+                                    }
+                                    const std::int64_t* id = idx + win + ow * is[3];
+                                    const T* gw = gp + grow + ow * gs[3];
+                                    const std::int64_t at = base + w * xs[3];
+                                    for (std::int64_t c = 0; c < d.c; ++c)
+                                        row[c] = id[c] == at + c && open(win + ow * is[3] + c)
+                                                     ? detail::convert<T>(S(0) + detail::widen<S>(gw[c]))
+                                                     : zero;
+                                }
+                                continue;
+                            }
                             for (std::int64_t w = 0; w < d.w; ++w)
                             {
                                 const std::int64_t ow = window_col[static_cast<std::size_t>(w)];
