@@ -4,7 +4,8 @@
 //                       [--schedule constant|step|cosine] [--threads T] [--device cpu|cuda]
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--init-from WEIGHTS]
-//                       [--format NCHW|NHWC] [--limit N] [--test-limit N] [--no-prefetch] [--workers W]
+//                       [--format NCHW|NHWC] [--precision f32|bf16] [--limit N] [--test-limit N]
+//                       [--no-prefetch] [--workers W]
 //                       [--distributed] [--sync-bn] [--summary] [--profile]
 //
 // Data-parallel: `mpirun -np K train_fashion_mnist ...` (or --distributed) trains one model
@@ -65,8 +66,9 @@ namespace
         std::filesystem::path init_from; // empty: weights from the seed
         // Channels-last trains faster here (docs/training_performance.md).
         std::string data_format = "NHWC";
-        std::int64_t limit = 0;      // > 0: train on the first `limit` images only
-        std::int64_t test_limit = 0; // > 0: evaluate on the first `test_limit` test images
+        std::string precision = "f32"; // bf16: mixed precision (fashion_model.hpp)
+        std::int64_t limit = 0;        // > 0: train on the first `limit` images only
+        std::int64_t test_limit = 0;   // > 0: evaluate on the first `test_limit` test images
         bool prefetch = true;
         std::int64_t workers = 1; // loader threads preparing batches
         bool distributed = false; // launched by MPI, or --distributed
@@ -104,6 +106,9 @@ namespace
                    "start from the weights of a checkpoint or of a PyTorch state_dict saved as safetensors (cast to "
                    "the model's dtypes); the optimizer starts fresh");
         p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout (NHWC is the faster one)");
+        p.add_choice("--precision", c.precision, {"f32", "bf16"},
+                     "bf16: mixed precision, the second convolution with bfloat16 operands summed in float32 (AMX "
+                     "where the processor has it), float32 master weights and activations");
         p.add_int("--limit", c.limit, 0, INT64_MAX, "N", "train on the first N training images only (0: all)");
         p.add_int("--test-limit", c.test_limit, 0, INT64_MAX, "N", "evaluate on the first N test images only (0: all)");
         bool no_prefetch = false;
@@ -162,7 +167,7 @@ namespace
         const auto test_data = std::make_shared<const data::image_dataset>(
             xgrad::examples::load_fashion_data(c.data_dir, false, c.test_limit));
         xgrad::generator gen(c.seed);
-        std::shared_ptr<xgrad::nn::module> model = xgrad::examples::make_fashion_model(c.data_format, gen);
+        std::shared_ptr<xgrad::nn::module> model = xgrad::examples::make_fashion_model(c.data_format, gen, c.precision);
         model->to(dev);
         if (!c.init_from.empty())
         {
@@ -214,6 +219,7 @@ namespace
                        (c.distributed ? " x " + ranks + " ranks" + (c.sync_bn ? ", sync BN" : "") : "") + ")";
         // What a checkpoint must agree on to continue this run exactly.
         o.run_metadata = {{"data_format", c.data_format},
+                          {"precision", c.precision},
                           {"seed", std::to_string(c.seed)},
                           {"batch_size", std::to_string(c.batch_size)},
                           {"lr", fixed(c.lr, 10)},
@@ -256,7 +262,7 @@ namespace
             << ", test images: " << test_data->size << ", batch size: " << c.batch_size
             << ", optimizer: " << opt->type_name() << " (lr " << c.lr << ", " << c.schedule
             << "), threads: " << xgrad::get_num_threads() << ", format: " << c.data_format
-            << ", device: " << to_string(dev) << "\n"
+            << ", precision: " << c.precision << ", device: " << to_string(dev) << "\n"
             << "cpu kernels: " << xgrad::cpu_kernels_description() << "\n";
         if (const std::string hint = xgrad::blas_performance_hint(); !hint.empty())
             log << "note: " << hint << "\n";

@@ -6,13 +6,19 @@ namespace xgrad::examples
     const char* const fashion_mnist_classes[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-    std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen)
+    std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen,
+                                                       const std::string& precision)
     {
+        if (precision != "f32" && precision != "bf16")
+            throw invalid_argument("precision must be f32 or bf16, got '" + precision + "'");
+        const bool bf16 = precision == "bf16";
         auto model = std::make_shared<nn::sequential>();
         const auto conv = [&](std::int64_t in, std::int64_t out) {
             nn::conv2d_options o(in, out, 3);
             o.padding = {1, 1};
             o.data_format = data_format;
+            if (bf16 && in >= 16)
+                o.compute_dtype = dtype::bfloat16;
             return std::make_shared<nn::conv2d>(o, gen);
         };
         const auto bn = [&](std::int64_t c) {

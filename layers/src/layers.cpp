@@ -47,6 +47,13 @@ namespace xgrad::nn
                                               " input channels (" + format + "), got shape " +
                                               shape_to_string(x.shape()));
         }
+
+        /// t cast to the layer's compute dtype (differentiable: the gradient is cast back), or t
+        /// itself where none is set or it already has it.
+        tensor in_compute_dtype(const tensor& t, const std::optional<xgrad::dtype>& dt)
+        {
+            return dt && t.dtype() != *dt ? xgrad::cast(t, *dt) : t;
+        }
     }
 
     // --- conv2d -----------------------------------------------------------------------------
@@ -71,6 +78,8 @@ namespace xgrad::nn
         }
         if (!is_floating(o.dtype))
             fail("dtype must be floating point, got " + std::string(name(o.dtype)));
+        if (o.compute_dtype && !is_floating(*o.compute_dtype))
+            fail("compute_dtype must be floating point, got " + std::string(name(*o.compute_dtype)));
         const shape_type wshape{o.out_channels, o.in_channels / o.groups, o.kernel_size[0], o.kernel_size[1]};
         register_parameter("weight", zeros(wshape, o.dtype));
         if (o.bias)
@@ -95,8 +104,11 @@ namespace xgrad::nn
         p.padding = m_options.padding;
         p.dilation = m_options.dilation;
         p.groups = m_options.groups;
-        return xgrad::conv2d(x, parameter("weight"), m_options.bias ? parameter("bias") : tensor(), p,
-                             m_options.data_format);
+        const auto& cdt = m_options.compute_dtype;
+        const tensor y = xgrad::conv2d(in_compute_dtype(x, cdt), in_compute_dtype(parameter("weight"), cdt),
+                                       m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor(), p,
+                                       m_options.data_format);
+        return y.dtype() != x.dtype() ? xgrad::cast(y, x.dtype()) : y;
     }
 
     std::string conv2d::describe() const
@@ -109,7 +121,10 @@ namespace xgrad::nn
             s << ", dilation=" << pair_to_string(o.dilation);
         if (o.groups != 1)
             s << ", groups=" << o.groups;
-        s << ", bias=" << (o.bias ? "true" : "false") << ", " << o.data_format << ")";
+        s << ", bias=" << (o.bias ? "true" : "false") << ", " << o.data_format;
+        if (o.compute_dtype)
+            s << ", compute_dtype=" << name(*o.compute_dtype);
+        s << ")";
         return s.str();
     }
 
@@ -122,6 +137,8 @@ namespace xgrad::nn
                  " and " + std::to_string(options.out_features));
         if (!is_floating(options.dtype))
             fail("dtype must be floating point, got " + std::string(name(options.dtype)));
+        if (options.compute_dtype && !is_floating(*options.compute_dtype))
+            fail("compute_dtype must be floating point, got " + std::string(name(*options.compute_dtype)));
         register_parameter("weight", zeros({options.out_features, options.in_features}, options.dtype));
         if (options.bias)
             register_parameter("bias", zeros({options.out_features}, options.dtype));
@@ -143,17 +160,24 @@ namespace xgrad::nn
             fail("expected an input of shape [..., " + std::to_string(m_options.in_features) + "], got " +
                  (x.defined() ? shape_to_string(x.shape()) : std::string("an undefined tensor")));
         // matmul reads the transposed weight in place (no copy); the bias joins in the GEMM.
-        const tensor wt = parameter("weight").transpose(0, 1);
+        const auto& cdt = m_options.compute_dtype;
+        const tensor xc = in_compute_dtype(x, cdt), wt = in_compute_dtype(parameter("weight"), cdt).transpose(0, 1);
+        const tensor b = m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor();
         if (m_options.bias && x.dim() >= 2)
-            return matmul_add(x, wt, parameter("bias"));
-        tensor y = matmul(x, wt);
-        return m_options.bias ? y + parameter("bias") : y;
+        {
+            const tensor y = matmul_add(xc, wt, b);
+            return y.dtype() != x.dtype() ? xgrad::cast(y, x.dtype()) : y;
+        }
+        tensor y = matmul(xc, wt);
+        y = m_options.bias ? y + b : y;
+        return y.dtype() != x.dtype() ? xgrad::cast(y, x.dtype()) : y;
     }
 
     std::string linear::describe() const
     {
         return "linear(" + std::to_string(m_options.in_features) + ", " + std::to_string(m_options.out_features) +
-               ", bias=" + (m_options.bias ? "true" : "false") + ")";
+               ", bias=" + (m_options.bias ? "true" : "false") +
+               (m_options.compute_dtype ? ", compute_dtype=" + std::string(name(*m_options.compute_dtype)) : "") + ")";
     }
 
     // --- pooling ----------------------------------------------------------------------------

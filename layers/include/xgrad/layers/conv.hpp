@@ -11,6 +11,7 @@
 // forward naming the input's shape when it does not fit.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "xgrad/dtype.hpp"
@@ -43,7 +44,15 @@ namespace xgrad::nn
         /// "NCHW" or "NHWC": the layout of inputs and outputs. The weight is [O, C/groups, KH, KW]
         /// either way.
         std::string data_format = "NCHW";
+        /// The parameters' dtype (the master weights).
         xgrad::dtype dtype = xgrad::dtype::float32;
+        /// Mixed precision: when set, forward casts the input, weight and bias to this dtype
+        /// (xgrad::cast, whose gradient casts back, so the parameters' gradients keep their
+        /// dtype), convolves in it, and casts the output back to the input's dtype. bfloat16
+        /// over float32 parameters runs the convolution and its gradients with bfloat16
+        /// operands summed in float32 (AMX tiles on processors that have them). Unset: the
+        /// input must have the parameters' dtype.
+        std::optional<xgrad::dtype> compute_dtype;
         init::scheme weight_init = init::scheme::fan_in_uniform;
     };
 
@@ -69,7 +78,12 @@ namespace xgrad::nn
         std::int64_t in_features;
         std::int64_t out_features;
         bool bias = true;
+        /// The parameters' dtype (the master weights).
         xgrad::dtype dtype = xgrad::dtype::float32;
+        /// As conv2d_options::compute_dtype: when set, the input, weight and bias are cast to it
+        /// and the output back to the input's dtype. Unset: the input must have the
+        /// parameters' dtype.
+        std::optional<xgrad::dtype> compute_dtype;
         init::scheme weight_init = init::scheme::fan_in_uniform;
     };
 
