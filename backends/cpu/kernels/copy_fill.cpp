@@ -34,6 +34,7 @@ namespace xgrad::cpu
         {
             const auto sp = make_space<2>(ndim, shape, {out_strides, x_strides});
             const bool f16c = use_f16c();
+            const bool avx512 = simd_level_in_use() == simd_level::avx512;
             parallel_for(0, sp.numel, grain, [&](std::int64_t begin, std::int64_t end) {
                 for_each_run(sp, begin, end, [&](const auto& off, const auto& st, std::int64_t n) {
                     O* o = out + off[0];
@@ -54,6 +55,8 @@ namespace xgrad::cpu
                         }
                         else if constexpr (std::is_same_v<O, bfloat16_t> && std::is_same_v<X, float>)
                         {
+                            if (avx512)
+                                return simd::f32_to_bf16_avx512(reinterpret_cast<std::uint16_t*>(o), in, n);
                             // to_bfloat16 without its branch, so that the loop vectorises: the
                             // rounded bits, or the quieted NaN.
                             for (std::int64_t j = 0; j < n; ++j)
@@ -68,6 +71,8 @@ namespace xgrad::cpu
                         }
                         else if constexpr (std::is_same_v<O, float> && std::is_same_v<X, bfloat16_t>)
                         {
+                            if (avx512)
+                                return simd::bf16_to_f32_avx512(o, reinterpret_cast<const std::uint16_t*>(in), n);
                             for (std::int64_t j = 0; j < n; ++j)
                             {
                                 const std::uint32_t u = std::uint32_t{in[j].bits} << 16;

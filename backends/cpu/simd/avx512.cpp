@@ -43,4 +43,32 @@ namespace xgrad::cpu::simd
             _mm512_mask_storeu_ps(out + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)));
         }
     }
+
+    // bfloat16 by integer rounding, as xgrad::to_bfloat16: the lowest kept bit plus 0x7fff added
+    // (nearest even, carrying into the exponent), NaN quieted with its sign and top payload.
+    // (AVX512-BF16's vcvtneps2bf16 would flush subnormals, which to_bfloat16 keeps.)
+    void f32_to_bf16_avx512(std::uint16_t* out, const float* x, std::int64_t n) noexcept
+    {
+        const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
+        for (std::int64_t i = 0; i < n; i += 16)
+        {
+            const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+            const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+            const __m512i u = _mm512_castps_si512(v);
+            const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+            __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, bias)), 16);
+            r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_srli_epi32(u, 16), quiet);
+            _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtepi32_epi16(r));
+        }
+    }
+
+    void bf16_to_f32_avx512(float* out, const std::uint16_t* x, std::int64_t n) noexcept
+    {
+        for (std::int64_t i = 0; i < n; i += 16)
+        {
+            const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+            const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
+            _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+        }
+    }
 }

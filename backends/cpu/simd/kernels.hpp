@@ -20,6 +20,7 @@
 
 #include "backends/common/kernels.hpp"
 #include "backends/common/optimizer_math.hpp"
+#include "xgrad/half.hpp"
 
 namespace xgrad::cpu::simd
 {
@@ -194,6 +195,10 @@ namespace xgrad::cpu::simd
     /// them only at simd_level::avx512.
     void f32_to_f16_avx512(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
     void f16_to_f32_avx512(float* out, const std::uint16_t* x, std::int64_t n) noexcept;
+    /// Bulk float32 <-> bfloat16 (bit patterns), rounding as xgrad::to_bfloat16 (nearest even,
+    /// subnormals kept, NaN quieted); simd/avx512.cpp only: call them only at simd_level::avx512.
+    void f32_to_bf16_avx512(std::uint16_t* out, const float* x, std::int64_t n) noexcept;
+    void bf16_to_f32_avx512(float* out, const std::uint16_t* x, std::int64_t n) noexcept;
 }
 
 // One line per functor, element type and instruction set; `EXTERN` is `extern` for the
@@ -230,9 +235,20 @@ namespace xgrad::cpu::simd
         ARCH, T*, const T*, std::int64_t, const std::int64_t*, const T*, std::int64_t, std::int64_t, std::int64_t,     \
         std::int64_t, std::int64_t) const noexcept;
 
+// bfloat16: channels-last max pooling and its gradient (compared as floats, elements copied).
+#define XGRAD_CPU_SIMD_INSTANTIATE_BF16(EXTERN, ARCH)                                                                  \
+    EXTERN template void xgrad::cpu::simd::max_pool_taps_fn::operator()<ARCH, xgrad::bfloat16_t>(                      \
+        ARCH, xgrad::bfloat16_t*, std::int64_t, std::int64_t*, std::int64_t, const xgrad::bfloat16_t*, std::int64_t,   \
+        const std::int64_t*, std::int64_t, std::int64_t, std::int64_t, std::int64_t) const noexcept;                   \
+    EXTERN template void xgrad::cpu::simd::max_pool_grad_row_fn::operator()<ARCH, xgrad::bfloat16_t>(                  \
+        ARCH, xgrad::bfloat16_t*, std::int64_t, const xgrad::bfloat16_t*, std::int64_t, const std::int64_t*,           \
+        std::int64_t, const xgrad::bfloat16_t*, const std::int64_t*, std::int64_t, std::int64_t, std::int64_t)         \
+        const noexcept;
+
 #define XGRAD_CPU_SIMD_INSTANTIATE(EXTERN, ARCH)                                                                       \
     XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, float)                                                               \
-    XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)
+    XGRAD_CPU_SIMD_INSTANTIATE_TYPE(EXTERN, ARCH, double)                                                              \
+    XGRAD_CPU_SIMD_INSTANTIATE_BF16(EXTERN, ARCH)
 
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)

@@ -229,6 +229,52 @@ TEST_CASE("cpu kernels: bulk float16 <-> float32 copies agree with half.hpp bit 
     }
 }
 
+TEST_CASE("cpu kernels: bulk bfloat16 <-> float32 copies agree with half.hpp bit for bit")
+{
+    // Contiguous runs take the bulk conversions (AVX-512 at that level, a branch-free loop
+    // below it); every bfloat16 pattern up, and random float32 patterns (NaNs with payloads,
+    // subnormals, infinities) and exact ties between bfloat16 neighbours down, with a length
+    // that leaves a tail.
+    settings_guard guard;
+    for (const auto level : simd_levels())
+    {
+        cpu::limit_simd_level(level);
+        INFO("SIMD level ", level_name(level));
+        std::vector<bfloat16_t> h(65536 + 5);
+        for (std::size_t i = 0; i < h.size(); ++i)
+            h[i].bits = static_cast<std::uint16_t>(i);
+        std::vector<float> f(h.size());
+        const shape_t shape = {static_cast<std::int64_t>(h.size())}, strides = {1};
+        fast.copy(f.data(), strides.data(), dtype::float32, h.data(), strides.data(), dtype::bfloat16, 1, shape.data());
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < h.size(); ++i)
+        {
+            std::uint32_t got;
+            std::memcpy(&got, &f[i], 4);
+            bad += got != std::uint32_t{h[i].bits} << 16;
+        }
+        CHECK(bad == 0);
+
+        std::mt19937_64 gen(6);
+        std::vector<float> src(200003);
+        for (std::size_t i = 0; i < src.size(); ++i)
+        {
+            auto r = static_cast<std::uint32_t>(gen());
+            if (i % 2 == 1)
+                r = (r & 0xffff0000u) | 0x8000u; // halfway: ties to even
+            std::memcpy(&src[i], &r, sizeof r);
+        }
+        std::vector<bfloat16_t> back(src.size(), bfloat16_t{0x1234});
+        const shape_t s2 = {static_cast<std::int64_t>(src.size())};
+        fast.copy(back.data(), strides.data(), dtype::bfloat16, src.data(), strides.data(), dtype::float32, 1,
+                  s2.data());
+        bad = 0;
+        for (std::size_t i = 0; i < src.size(); ++i)
+            bad += back[i].bits != xgrad::to_bfloat16(src[i]).bits;
+        CHECK(bad == 0);
+    }
+}
+
 TEST_CASE("cpu kernels: fill every dtype")
 {
     settings_guard guard;
