@@ -148,8 +148,12 @@ namespace xgrad::cpu
                                  });
                     return;
                 }
-                // Channels-last (channels contiguous in x, out and idx): every window is a few
-                // contiguous channel runs, one per tap.
+            }
+            // Channels-last (channels contiguous in x, out and idx): every window is a few
+            // contiguous channel runs, one per tap. float32, float64 and bfloat16 (compared as
+            // floats, simd/kernels_impl.hpp).
+            if constexpr (std::is_same_v<T, S> || std::is_same_v<T, bfloat16_t>)
+            {
                 if (inside && x_strides[1] == 1 && out_strides[1] == 1 && idx_strides[1] == 1)
                 {
                     std::vector<std::int64_t> offsets(static_cast<std::size_t>(taps));
@@ -178,8 +182,8 @@ namespace xgrad::cpu
                 }
             }
 #endif
-            // 16-bit channels-last windows inside the input: the functor's loop above in plain
-            // C++, widening each element (the general loop below would walk each channel's plane
+            // float16 (and, in a scalar build, bfloat16) channels-last windows inside the input:
+            // the functor's loop above in plain C++, widening each element (the general loop below would walk each channel's plane
             // with a stride of C elements).
             if (!std::is_same_v<T, S> && inside && x_strides[1] == 1 && out_strides[1] == 1 && idx_strides[1] == 1)
             {
@@ -341,7 +345,8 @@ namespace xgrad::cpu
             if (channels_last)
             {
 #ifndef XGRAD_CPU_SCALAR_ONLY // an XGRAD_SIMD=scalar build has no SIMD functors
-                const bool runs = std::is_same_v<T, S> && xs[1] == 1 && gs[1] == 1 && is[1] == 1;
+                const bool runs = (std::is_same_v<T, S> || std::is_same_v<T, bfloat16_t>)&&xs[1] == 1 && gs[1] == 1 &&
+                                  is[1] == 1;
 #endif
                 parallel_for(
                     0, d.n * d.h, std::max<std::int64_t>(1, grain / (d.w * d.c)), [&](std::int64_t b, std::int64_t e) {
@@ -362,7 +367,7 @@ namespace xgrad::cpu
 #endif
                             if (oh >= 0 && xs[1] == 1 && gs[1] == 1 && is[1] == 1)
                             {
-                                // Contiguous channels (16-bit, or a scalar build): the functor's
+                                // Contiguous channels (float16, or a scalar build): the functor's
                                 // selection, widening each element.
                                 const std::int64_t win = n * is[0] + oh * is[2], grow = n * gs[0] + oh * gs[2];
                                 for (std::int64_t w = 0; w < d.w; ++w)

@@ -27,6 +27,7 @@
 // NaN results agree everywhere. tests/backends/cpu/test_cpu_kernels_elementwise.cpp allows 4 ulp against the
 // reference.
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/simd/kernels.hpp"
@@ -370,6 +371,36 @@ namespace xgrad::cpu::simd
 
     namespace impl
     {
+        /// Max pooling compares bfloat16 elements as the floats they are (their bits shifted
+        /// up, exact) and writes back the chosen element's own bits: `key` widens, `from_key`
+        /// narrows a key that came from an element (exact: no rounding, NaN payloads kept).
+        /// For float and double both are the identity.
+        template <class T>
+        auto key(T v) noexcept
+        {
+            if constexpr (std::is_same_v<T, bfloat16_t>)
+            {
+                const std::uint32_t u = std::uint32_t{v.bits} << 16;
+                float f;
+                std::memcpy(&f, &u, 4);
+                return f;
+            }
+            else
+                return v;
+        }
+        template <class T, class K>
+        T from_key(K k) noexcept
+        {
+            if constexpr (std::is_same_v<T, bfloat16_t>)
+            {
+                std::uint32_t u;
+                std::memcpy(&u, &k, 4);
+                return T{static_cast<std::uint16_t>(u >> 16)};
+            }
+            else
+                return k;
+        }
+
         /// One step of max pooling's search: takes tap v (at position p) when the best so far is
         /// a number and v is larger or NaN, so that the first maximum in tap order wins and the
         /// first NaN wins over numbers. Branch-free, so that the loops calling it vectorise.
@@ -468,12 +499,12 @@ namespace xgrad::cpu::simd
                                    p3 = at + offsets[3];
                 for (std::int64_t j = 0; j < n; ++j)
                 {
-                    T best = x0[j];
+                    auto best = impl::key(x0[j]);
                     std::int64_t pos = p0;
-                    impl::max_pool_pick(best, pos, x1[j], p1);
-                    impl::max_pool_pick(best, pos, x2[j], p2);
-                    impl::max_pool_pick(best, pos, x3[j], p3);
-                    o[j] = best;
+                    impl::max_pool_pick(best, pos, impl::key(x1[j]), p1);
+                    impl::max_pool_pick(best, pos, impl::key(x2[j]), p2);
+                    impl::max_pool_pick(best, pos, impl::key(x3[j]), p3);
+                    o[j] = impl::from_key<T>(best);
                     id[j] = pos + j;
                 }
                 continue;
@@ -492,7 +523,11 @@ namespace xgrad::cpu::simd
                 const T* xk = xw + offsets[k];
                 const std::int64_t off = offsets[k];
                 for (std::int64_t j = 0; j < n; ++j)
-                    impl::max_pool_pick(o[j], id[j], xk[j], off);
+                {
+                    auto best = impl::key(o[j]);
+                    impl::max_pool_pick(best, id[j], impl::key(xk[j]), off);
+                    o[j] = impl::from_key<T>(best);
+                }
             }
             for (std::int64_t j = 0; j < n; ++j)
                 id[j] += at + j;
@@ -514,15 +549,31 @@ namespace xgrad::cpu::simd
                 if (ow < 0)
                 {
                     for (std::int64_t j = 0; j < c; ++j)
-                        o[j] = T(0);
+                        o[j] = T{};
                     continue;
                 }
                 const T* __restrict gw = g + ow * g_step;
                 const T* __restrict yw = Masked ? y + ow * idx_step : nullptr;
                 const std::int64_t* __restrict iw = idx + ow * idx_step;
                 const std::int64_t p = pos + w * dx_step;
-                for (std::int64_t j = 0; j < c; ++j)
-                    o[j] = iw[j] == p + j && (!Masked || yw[j] > T(0)) ? T(0) + gw[j] : T(0);
+                if constexpr (std::is_same_v<T, bfloat16_t>)
+                {
+                    // The same on the bits, so that the loop vectorises: y > 0 is a positive
+                    // number (sign clear, not zero, not NaN); 0 + g is g with -0 made +0 and a
+                    // NaN quieted.
+                    for (std::int64_t j = 0; j < c; ++j)
+                    {
+                        const std::uint16_t gb = gw[j].bits, yb = Masked ? yw[j].bits : std::uint16_t{1};
+                        const bool open = !Masked || (yb != 0 && yb <= 0x7f80u);
+                        const std::uint16_t sum = gb == 0x8000u              ? std::uint16_t{0}
+                                                  : (gb & 0x7fffu) > 0x7f80u ? std::uint16_t(gb | 0x40u)
+                                                                             : gb;
+                        o[j].bits = iw[j] == p + j && open ? sum : std::uint16_t{0};
+                    }
+                }
+                else
+                    for (std::int64_t j = 0; j < c; ++j)
+                        o[j] = iw[j] == p + j && (!Masked || yw[j] > T(0)) ? T(0) + gw[j] : T(0);
             }
         }
     }

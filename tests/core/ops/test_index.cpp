@@ -170,7 +170,7 @@ TEST_CASE("max_pool2d kernel: every window shape, layout and SIMD level against 
             for (const window win : {window{2, 2, 0, 1}, window{2, 1, 0, 1}, window{2, 2, 1, 1}, window{3, 2, 0, 1},
                                      window{2, 2, 0, 2}, window{3, 1, 1, 1}})
                 for (const bool channels_last : {false, true})
-                    for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16})
+                    for (const dtype dt : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16})
                     {
                         INFO(cpu_kernels_test::level_name(level), " image ", im.n, "x", im.c, "x", im.h, "x", im.w,
                              " k ", win.k, " s ", win.s, " p ", win.p, " d ", win.dil,
