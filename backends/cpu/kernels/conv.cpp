@@ -126,8 +126,12 @@ namespace xgrad::cpu
                             std::fill(out, out + cs, T{});
                         else
                         {
-                            for (std::int64_t c = 0; c < d.c; ++c)
-                                out[c] = x[ih * xs[2] + iw * xs[3] + c * xs[1]];
+                            const T* in = x + ih * xs[2] + iw * xs[3];
+                            if (xs[1] == 1) // channels contiguous: one block copy
+                                std::copy(in, in + d.c, out);
+                            else
+                                for (std::int64_t c = 0; c < d.c; ++c)
+                                    out[c] = in[c * xs[1]];
                             std::fill(out + d.c, out + cs, T{});
                         }
                     }
@@ -387,30 +391,16 @@ namespace xgrad::cpu
                             bs.copy(band.data(), x + n * xs[0], xs, s);
                             const std::int64_t npos = bs.out_rows(s) * d.ow, mp = round_up(npos, amx::tile_depth);
                             const bfloat16_t* dys = dy + (n * bs.l + s * bs.rows * d.ow) * o;
-                            // dy transposed: dyt[q][m], zero past o and npos.
-                            std::fill(dyt.begin(), dyt.begin() + o16 * 16 * mp, bfloat16_t{});
-                            for (std::int64_t m = 0; m < npos; ++m)
-                                for (std::int64_t q = 0; q < o; ++q)
-                                    dyt[static_cast<std::size_t>(q * mp + m)] = dys[m * o + q];
+                            amx::transpose_positions(dyt.data(), dys, npos, o, mp, o16 * 16);
                             // Each position's first element in the band.
                             for (std::int64_t m = 0; m < npos; ++m)
                                 at[static_cast<std::size_t>(m)] = m / d.ow * d.sh * bs.row_step + m % d.ow * d.sw * d.c;
                             // x by pairs of positions: xp[t c16 + ct][m / 2][j][m % 2].
-                            std::fill(xp.begin(), xp.begin() + k16 * mp * 16, bfloat16_t{});
                             for (std::int64_t t = 0; t < taps; ++t)
                                 for (std::int64_t ct = 0; ct < c16; ++ct)
-                                {
-                                    bfloat16_t* tile = xp.data() + (t * c16 + ct) * mp * 16;
-                                    const std::int64_t from = bs.window_offset(t) + ct * 16;
-                                    const std::int64_t cols = std::min<std::int64_t>(16, d.c - ct * 16);
-                                    for (std::int64_t m = 0; m < npos; ++m)
-                                    {
-                                        const bfloat16_t* src = band.data() + at[static_cast<std::size_t>(m)] + from;
-                                        bfloat16_t* dst = tile + m / 2 * 32 + m % 2;
-                                        for (std::int64_t j = 0; j < cols; ++j)
-                                            dst[j * 2] = src[j];
-                                    }
-                                }
+                                    amx::pack_position_pairs(xp.data() + (t * c16 + ct) * mp * 16,
+                                                             band.data() + bs.window_offset(t) + ct * 16, at.data(),
+                                                             npos, mp, std::min<std::int64_t>(16, d.c - ct * 16));
                             amx::conv_weight_grad(acc, ld, dyt.data(), xp.data(), o16, k16, mp);
                         }
                 }

@@ -58,10 +58,7 @@ namespace xgrad::cpu::amx
             _mm256_mask_storeu_epi16(dst, mask, _mm512_cvtepi32_epi16(r));
         }
 
-        __mmask16 lanes(std::int64_t n) noexcept
-        {
-            return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
-        }
+        __mmask16 lanes(std::int64_t n) noexcept { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
         /// G output-channel tiles of one chunk of 16 positions: the products into tiles 0..G-1,
         /// then out[p * 64 + j * 16 + q] (a 16 x 64 float staging area).
@@ -190,8 +187,8 @@ namespace xgrad::cpu::amx
             }
     }
 
-    void conv_weight_grad(float* acc, std::int64_t ldacc, const bfloat16_t* dyt, const bfloat16_t* xp,
-                          std::int64_t o16, std::int64_t k16, std::int64_t mp)
+    void conv_weight_grad(float* acc, std::int64_t ldacc, const bfloat16_t* dyt, const bfloat16_t* xp, std::int64_t o16,
+                          std::int64_t k16, std::int64_t mp)
     {
         const tile_scope scope;
         for (std::int64_t qt = 0; qt < o16; ++qt)
@@ -210,5 +207,65 @@ namespace xgrad::cpu::amx
                 }
             }
         }
+    }
+
+    void pack_position_pairs(bfloat16_t* xp, const bfloat16_t* base, const std::int64_t* at, std::int64_t npos,
+                             std::int64_t mp, std::int64_t cols)
+    {
+        // Two positions' 16 channels side by side in one register, then interleaved:
+        // lane 2j takes channel j of the first, lane 2j + 1 channel j of the second.
+        alignas(64) static constexpr std::uint16_t order[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                                21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                                11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+        const __m512i idx = _mm512_load_si512(order);
+        const __mmask16 mask = lanes(cols);
+        std::int64_t m = 0;
+        for (; m + 1 < npos; m += 2)
+        {
+            const __m256i a = _mm256_maskz_loadu_epi16(mask, base + at[m]);
+            const __m256i b = _mm256_maskz_loadu_epi16(mask, base + at[m + 1]);
+            const __m512i pair = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+            _mm512_storeu_si512(xp + m * 16, _mm512_permutexvar_epi16(idx, pair));
+        }
+        if (m < npos) // a last position without its pair
+        {
+            const __m256i a = _mm256_maskz_loadu_epi16(mask, base + at[m]);
+            _mm512_storeu_si512(xp + m * 16,
+                                _mm512_maskz_permutexvar_epi16(0x55555555u, idx, _mm512_zextsi256_si512(a)));
+            m += 2;
+        }
+        for (; m < mp; m += 2)
+            _mm512_storeu_si512(xp + m * 16, _mm512_setzero_si512());
+    }
+
+    void transpose_positions(bfloat16_t* dyt, const bfloat16_t* dy, std::int64_t npos, std::int64_t o, std::int64_t mp,
+                             std::int64_t rows)
+    {
+        // Blocks of 16 positions x 16 channels: each position's channels are gathered into the
+        // block's rows through a 16 x 16 staging area in L1 (a plain loop the compiler turns
+        // into wide moves), then stored as 16 rows of 16 positions.
+        alignas(64) std::uint16_t block[16][16];
+        for (std::int64_t q0 = 0; q0 < rows; q0 += 16)
+            for (std::int64_t m0 = 0; m0 < mp; m0 += 16)
+            {
+                for (std::int64_t i = 0; i < 16; ++i) // position m0 + i
+                {
+                    const std::int64_t m = m0 + i;
+                    const std::int64_t nq = m < npos ? (o - q0 < 16 ? (o - q0 > 0 ? o - q0 : 0) : 16) : 0;
+                    const __m256i v = nq > 0 ? _mm256_maskz_loadu_epi16(lanes(nq), dy + m * o + q0)
+                                             : _mm256_setzero_si256();
+                    _mm256_store_si256(reinterpret_cast<__m256i*>(block[i]), v);
+                }
+                for (std::int64_t j = 0; j < 16; ++j) // channel q0 + j
+                {
+                    if (q0 + j >= rows)
+                        break;
+                    alignas(32) std::uint16_t row[16];
+                    for (std::int64_t i = 0; i < 16; ++i)
+                        row[i] = block[i][j];
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dyt + (q0 + j) * mp + m0),
+                                        _mm256_load_si256(reinterpret_cast<const __m256i*>(row)));
+                }
+            }
     }
 }

@@ -57,6 +57,17 @@ namespace xgrad::cpu::amx
     /// dyt: bfloat16 [16 * o16][mp] (dy transposed, zero past the real channels and positions).
     /// xp: k16 column tiles of mp / 2 pairs of positions x 16 columns x 2 (VNNI order), each
     /// tile's mp * 16 elements contiguous, zero past the real positions and columns.
-    void conv_weight_grad(float* acc, std::int64_t ldacc, const bfloat16_t* dyt, const bfloat16_t* xp,
-                          std::int64_t o16, std::int64_t k16, std::int64_t mp);
+    void conv_weight_grad(float* acc, std::int64_t ldacc, const bfloat16_t* dyt, const bfloat16_t* xp, std::int64_t o16,
+                          std::int64_t k16, std::int64_t mp);
+
+    /// One column tile of the weight gradient's xp operand: for positions m < npos,
+    ///   xp[(m / 2) * 32 + j * 2 + m % 2] = base[at[m] + j] for j < cols (at most 16), else 0,
+    /// and zeros for the positions npos <= m < mp (mp even). ASSIGNS mp * 16 elements of xp.
+    void pack_position_pairs(bfloat16_t* xp, const bfloat16_t* base, const std::int64_t* at, std::int64_t npos,
+                             std::int64_t mp, std::int64_t cols);
+
+    /// dy transposed for the weight gradient: dyt[q * mp + m] = dy[m * o + q] for m < npos,
+    /// q < o, and 0 for npos <= m < mp or o <= q < rows. ASSIGNS rows * mp elements of dyt.
+    void transpose_positions(bfloat16_t* dyt, const bfloat16_t* dy, std::int64_t npos, std::int64_t o, std::int64_t mp,
+                             std::int64_t rows);
 }

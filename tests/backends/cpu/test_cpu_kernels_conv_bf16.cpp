@@ -198,8 +198,8 @@ TEST_CASE("cpu kernels: bfloat16 channels-last convolutions (AMX tiles where pre
                     {
                         const bool stride_one = gen() % 4 != 0;
                         const window2d_dims d = window(gen, t.c, t.kh, t.kw, stride_one);
-                        INFO("SIMD level ", level_name(level), ", ", threads, " thread(s), AMX allowed ", use_amx,
-                             ", ", describe(d, o));
+                        INFO("SIMD level ", level_name(level), ", ", threads, " thread(s), AMX allowed ", use_amx, ", ",
+                             describe(d, o));
                         check_operands(random_operands(gen, d, o));
                     }
             }
@@ -212,9 +212,8 @@ TEST_CASE("cpu kernels: bfloat16 convolutions give the same bits at every thread
     settings_guard guard;
     std::mt19937_64 gen(29);
     // The example's second layer, and a random one with a tail of channels.
-    const operands cases[] = {
-        random_operands(gen, window2d_dims{7, 32, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14}, 64),
-        random_operands(gen, window(gen, 40, 3, 3, true), 17)};
+    const operands cases[] = {random_operands(gen, window2d_dims{7, 32, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14}, 64),
+                              random_operands(gen, window(gen, 40, 3, 3, true), 17)};
     for (const auto& p : cases)
     {
         INFO(describe(p.d, p.o));
