@@ -107,8 +107,9 @@ namespace
                    "the model's dtypes); the optimizer starts fresh");
         p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout (NHWC is the faster one)");
         p.add_choice("--precision", c.precision, {"f32", "bf16"},
-                     "bf16: mixed precision, the second convolution with bfloat16 operands summed in float32 (AMX "
-                     "where the processor has it), float32 master weights and activations");
+                     "bf16: mixed precision, convolutions with bfloat16 operands summed in float32 (AMX where the "
+                     "processor has it), bfloat16 activations through batch norm and pooling, float32 master "
+                     "weights");
         p.add_int("--limit", c.limit, 0, INT64_MAX, "N", "train on the first N training images only (0: all)");
         p.add_int("--test-limit", c.test_limit, 0, INT64_MAX, "N", "evaluate on the first N test images only (0: all)");
         bool no_prefetch = false;

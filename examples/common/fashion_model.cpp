@@ -17,7 +17,7 @@ namespace xgrad::examples
             nn::conv2d_options o(in, out, 3);
             o.padding = {1, 1};
             o.data_format = data_format;
-            if (bf16 && in >= 16)
+            if (bf16)
                 o.compute_dtype = dtype::bfloat16;
             return std::make_shared<nn::conv2d>(o, gen);
         };
@@ -35,7 +35,10 @@ namespace xgrad::examples
         model->add("relu2", std::make_shared<nn::relu>());
         model->add("pool2", std::make_shared<nn::max_pool2d>(2, data_format));
         model->add("flatten", std::make_shared<nn::flatten>(1, -1, data_format));
-        model->add("fc1", std::make_shared<nn::linear>(64 * 7 * 7, 128, gen));
+        nn::linear_options fc1(64 * 7 * 7, 128);
+        if (bf16)
+            fc1.compute_dtype = dtype::float32; // back from bfloat16 activations
+        model->add("fc1", std::make_shared<nn::linear>(fc1, gen));
         model->add("relu3", std::make_shared<nn::relu>());
         model->add("fc2", std::make_shared<nn::linear>(128, 10, gen));
         return model;

@@ -19,12 +19,11 @@ namespace xgrad::examples
     /// Conv2d, BatchNorm2d, ReLU, MaxPool2d, Flatten, Linear under these names), and the flatten
     /// orders features (C, H, W) in both layouts, so the weights are the same in either
     /// layout and in PyTorch (docs/interop.md).
-    /// The model, in "NCHW" or "NHWC". precision "bf16" is mixed precision: the second
-    /// convolution (32 -> 64 channels, most of the model's multiply-adds) runs with bfloat16
-    /// operands summed in float32 (conv2d_options::compute_dtype; AMX tiles where the processor
-    /// has them), its output cast back to float32; the parameters (master weights) and every
-    /// other layer stay float32. The first convolution (one input channel) stays float32: its
-    /// nine taps would fill a 32-deep bfloat16 tile with padding. "f32": float32 throughout.
+    /// The model, in "NCHW" or "NHWC". precision "bf16" is mixed precision: the convolutions
+    /// run with bfloat16 operands summed in float32 (conv2d_options::compute_dtype; AMX tiles
+    /// where the processor has them) and give bfloat16 activations, which batch norm (float32
+    /// statistics and parameters), ReLU and pooling keep; fc1 takes them back to float32. The
+    /// parameters (the master weights) are float32 either way. "f32": float32 throughout.
     std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen,
                                                        const std::string& precision = "f32");
 

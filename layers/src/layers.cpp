@@ -105,10 +105,9 @@ namespace xgrad::nn
         p.dilation = m_options.dilation;
         p.groups = m_options.groups;
         const auto& cdt = m_options.compute_dtype;
-        const tensor y = xgrad::conv2d(in_compute_dtype(x, cdt), in_compute_dtype(parameter("weight"), cdt),
-                                       m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor(), p,
-                                       m_options.data_format);
-        return y.dtype() != x.dtype() ? xgrad::cast(y, x.dtype()) : y;
+        return xgrad::conv2d(in_compute_dtype(x, cdt), in_compute_dtype(parameter("weight"), cdt),
+                             m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor(), p,
+                             m_options.data_format);
     }
 
     std::string conv2d::describe() const
@@ -164,13 +163,9 @@ namespace xgrad::nn
         const tensor xc = in_compute_dtype(x, cdt), wt = in_compute_dtype(parameter("weight"), cdt).transpose(0, 1);
         const tensor b = m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor();
         if (m_options.bias && x.dim() >= 2)
-        {
-            const tensor y = matmul_add(xc, wt, b);
-            return y.dtype() != x.dtype() ? xgrad::cast(y, x.dtype()) : y;
-        }
+            return matmul_add(xc, wt, b);
         tensor y = matmul(xc, wt);
-        y = m_options.bias ? y + b : y;
-        return y.dtype() != x.dtype() ? xgrad::cast(y, x.dtype()) : y;
+        return m_options.bias ? y + b : y;
     }
 
     std::string linear::describe() const

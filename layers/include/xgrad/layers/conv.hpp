@@ -48,10 +48,11 @@ namespace xgrad::nn
         xgrad::dtype dtype = xgrad::dtype::float32;
         /// Mixed precision: when set, forward casts the input, weight and bias to this dtype
         /// (xgrad::cast, whose gradient casts back, so the parameters' gradients keep their
-        /// dtype), convolves in it, and casts the output back to the input's dtype. bfloat16
-        /// over float32 parameters runs the convolution and its gradients with bfloat16
-        /// operands summed in float32 (AMX tiles on processors that have them). Unset: the
-        /// input must have the parameters' dtype.
+        /// dtype) and convolves in it; the output has this dtype, so the layers after it run
+        /// on it too (batch norm, ReLU and pooling take bfloat16 activations). bfloat16 over
+        /// float32 parameters (the master weights) runs the convolution and its gradients with
+        /// bfloat16 operands summed in float32, on AMX tiles where the processor has them.
+        /// Unset: the input must have the parameters' dtype.
         std::optional<xgrad::dtype> compute_dtype;
         init::scheme weight_init = init::scheme::fan_in_uniform;
     };
@@ -81,8 +82,8 @@ namespace xgrad::nn
         /// The parameters' dtype (the master weights).
         xgrad::dtype dtype = xgrad::dtype::float32;
         /// As conv2d_options::compute_dtype: when set, the input, weight and bias are cast to it
-        /// and the output back to the input's dtype. Unset: the input must have the
-        /// parameters' dtype.
+        /// and the output has it (float32 after bfloat16 layers, for example). Unset: the input
+        /// must have the parameters' dtype.
         std::optional<xgrad::dtype> compute_dtype;
         init::scheme weight_init = init::scheme::fan_in_uniform;
     };
