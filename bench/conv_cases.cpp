@@ -11,6 +11,9 @@
 // onednn_conv_bf16 runs the same primitives with bfloat16 activations and weights (float32
 // bias and weight gradient, float32 accumulation inside oneDNN): what a bfloat16 training step
 // could gain from AVX512-BF16 or AMX where the processor has them (the label names the kernel).
+// xgrad_conv_bf16 runs xgrad's ops on bfloat16 tensors (the mixed-precision mode's
+// convolutions: AMX tiles where present, else its float32 kernels on widened copies; the label
+// says which).
 #include <benchmark/benchmark.h>
 
 #ifdef XGRAD_BENCH_HAVE_DNNL
@@ -24,6 +27,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "backends/cpu/amx/amx.hpp"
 #include "backends/cpu/simd/level.hpp"
 #include "core/src/ops/conv_internal.hpp"
 #include "xgrad/factories.hpp"
@@ -65,7 +69,9 @@ namespace
         state.counters["flops"] = benchmark::Counter(s.flops(), benchmark::Counter::kIsIterationInvariantRate);
     }
 
-    void xgrad_conv(benchmark::State& state)
+    /// xgrad's op in direction s.direction on tensors of dtype dt (float32, or bfloat16: the
+    /// mixed-precision mode's convolutions).
+    void xgrad_conv_run(benchmark::State& state, dtype dt)
     {
         cpu::limit_simd_level(cpu::simd_level_max);
         const conv_setup s(state);
@@ -74,8 +80,8 @@ namespace
         const shape_type x_shape = s.cl ? shape_type{k.n, k.h, k.w, k.c} : shape_type{k.n, k.c, k.h, k.w};
         const shape_type y_shape = s.cl ? shape_type{k.n, k.h, k.w, k.o} : shape_type{k.n, k.o, k.h, k.w};
         const std::int64_t taps = k.c * 9;
-        const tensor x = randn(x_shape, gen), dy = randn(y_shape, gen), bias = randn({k.o}, gen);
-        const tensor wmat = randn(s.cl ? shape_type{taps, k.o} : shape_type{k.o, taps}, gen);
+        const tensor x = randn(x_shape, gen).to(dt), dy = randn(y_shape, gen).to(dt), bias = randn({k.o}, gen).to(dt);
+        const tensor wmat = randn(s.cl ? shape_type{taps, k.o} : shape_type{k.o, taps}, gen).to(dt);
         const detail::conv_geometry g{window2d{{3, 3}, {1, 1}, {1, 1}, {1, 1}}, s.cl, {k.h, k.w}};
         for (auto _ : state)
         {
@@ -84,8 +90,14 @@ namespace
                                           : detail::conv_weight_grad(x, dy, g);
             benchmark::DoNotOptimize(r.data_ptr());
         }
-        set_conv_counters(state, s, s.label());
+        // Which kernels a bfloat16 case ran: the AMX tiles (channels-last, at least 16 input
+        // channels, kernels/conv.cpp) or the float32 kernels on widened copies.
+        const bool amx = dt == dtype::bfloat16 && s.cl && k.c >= 16 && cpu::amx_in_use();
+        set_conv_counters(state, s, s.label() + (dt == dtype::bfloat16 ? (amx ? " amx" : " float32") : ""));
     }
+
+    void xgrad_conv(benchmark::State& state) { xgrad_conv_run(state, dtype::float32); }
+    void xgrad_conv_bf16(benchmark::State& state) { xgrad_conv_run(state, dtype::bfloat16); }
 
 #ifdef XGRAD_BENCH_HAVE_DNNL
     /// oneDNN's convolution in direction s.direction with activations and weights of type dt
@@ -182,6 +194,7 @@ namespace
 }
 
 BENCHMARK(xgrad_conv)->Apply(conv_args)->UseRealTime();
+BENCHMARK(xgrad_conv_bf16)->Apply(conv_args)->UseRealTime();
 #ifdef XGRAD_BENCH_HAVE_DNNL
 BENCHMARK(onednn_conv)->Apply(conv_args)->UseRealTime();
 BENCHMARK(onednn_conv_bf16)->Apply(conv_args)->UseRealTime();

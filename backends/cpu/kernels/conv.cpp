@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "backends/common/conv_blocks.hpp"
+#include "backends/cpu/amx/amx.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/simd/amx.hpp"
 #include "xgrad/half.hpp"
 #include "xgrad/thread_pool.hpp"
 
@@ -287,7 +287,7 @@ namespace xgrad::cpu
             runs.add_partials();
         }
 
-        // ---- bfloat16 on AMX tiles (simd/amx.hpp) ------------------------------------------
+        // ---- bfloat16 on AMX tiles (amx/amx.hpp) ------------------------------------------
         //
         // The direct path's bands in bfloat16: the forward reads each tap's channels for 16
         // positions of an output row as one A tile straight from the band (channels padded to

@@ -1,7 +1,7 @@
 // The run-time choice of instruction set for the fast kernels of an XGRAD_SIMD=dispatch build
 // (simd/level_scalar.cpp stands in for this file in a scalar build): what the processor and the
-// OS support, the process-wide cap set by limit_simd_level (simd/level.hpp), and whether
-// copies may use F16C.
+// OS support, the process-wide cap set by limit_simd_level (simd/level.hpp), whether copies
+// may use F16C, and whether the AMX tile kernels may run (amx/amx.hpp).
 //
 // The SIMD code is compiled per instruction set in simd/<arch>.cpp; simd_call (dispatch.hpp)
 // calls the one of the level in use. Each level needs the processor's feature bits and the OS
@@ -14,8 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "backends/cpu/amx/amx.hpp"
 #include "backends/cpu/dispatch.hpp"
-#include "backends/cpu/simd/amx.hpp"
 #include "backends/cpu/simd/level.hpp"
 
 namespace xgrad::cpu

@@ -4,8 +4,8 @@
 // picture) and for targets other than x86-64, where the fast kernels are not built.
 #include <atomic>
 
+#include "backends/cpu/amx/amx.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/simd/amx.hpp"
 #include "backends/cpu/simd/level.hpp"
 
 namespace xgrad::cpu

@@ -1,5 +1,5 @@
 // Tests of the bfloat16 convolution kernels of the CPU backend (kernels/conv.cpp): channels-last
-// convolutions on the AMX tiles (simd/amx.cpp) where the processor has them, and through the
+// convolutions on the AMX tiles (amx/amx.cpp) where the processor has them, and through the
 // float32 kernels elsewhere (every SIMD level below AVX-512, and with limit_amx(false)),
 // against the reference twins (which widen to float32, sum in order and round once), over
 // input channel counts around the tiles' 16 and 32, output channel counts around 16 and 64,
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/simd/amx.hpp"
+#include "backends/cpu/amx/amx.hpp"
 #include "tests/support/cpu_kernels_helpers.hpp"
 #include "xgrad/half.hpp"
 

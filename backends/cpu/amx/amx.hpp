@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the CPU backend (and its tests): the AMX bfloat16 tile kernels behind the
-// channels-last bfloat16 convolutions (kernels/conv.cpp), in simd/amx.cpp, the one file built
+// channels-last bfloat16 convolutions (kernels/conv.cpp), in amx/amx.cpp, the one file built
 // with -mamx-tile -mamx-bf16.
 //
 // AMX multiplies tiles of up to 16 rows of 64 bytes: A (16 x 32 bfloat16) times B (16 pairs of

@@ -1,4 +1,4 @@
-// The AMX bfloat16 tile kernels (contracts: simd/amx.hpp). This file alone is built with the
+// The AMX bfloat16 tile kernels (contracts: amx/amx.hpp). This file alone is built with the
 // AMX flags, and uses only intrinsics and its own code: an inline function of a shared header
 // compiled here could be kept by the linker in its AMX/AVX-512 encoding for every caller (see
 // the note on optimisation in backends/cpu/CMakeLists.txt), so the float -> bfloat16 rounding
@@ -9,7 +9,7 @@
 // 1 + 1/G tile loads; G = 4 is the most the eight registers allow with one A.
 #include <immintrin.h>
 
-#include "backends/cpu/simd/amx.hpp"
+#include "backends/cpu/amx/amx.hpp"
 
 namespace xgrad::cpu::amx
 {
