@@ -60,6 +60,57 @@ namespace xgrad::cpu::amx
 
         __mmask16 lanes(std::int64_t n) noexcept { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
+        // The building blocks of both kernels' groups (tile numbers must be constants, hence
+        // one line per tile): C tiles 0..G-1 side by side at c, c + 16, ... floats, their rows
+        // `stride` bytes apart; the A tile in 4; B tiles b, b + b_step, ... through 5, 6, 7, 5.
+
+        template <int G>
+        void load_c(const float* c, std::int64_t stride) noexcept
+        {
+            _tile_loadd(0, c, stride);
+            if constexpr (G > 1)
+                _tile_loadd(1, c + 16, stride);
+            if constexpr (G > 2)
+                _tile_loadd(2, c + 32, stride);
+            if constexpr (G > 3)
+                _tile_loadd(3, c + 48, stride);
+        }
+
+        template <int G>
+        void store_c(float* c, std::int64_t stride) noexcept
+        {
+            _tile_stored(0, c, stride);
+            if constexpr (G > 1)
+                _tile_stored(1, c + 16, stride);
+            if constexpr (G > 2)
+                _tile_stored(2, c + 32, stride);
+            if constexpr (G > 3)
+                _tile_stored(3, c + 48, stride);
+        }
+
+        /// C tile j += A (tile 4) x B tile j, for j < G.
+        template <int G>
+        void multiply(const bfloat16_t* b, std::int64_t b_step) noexcept
+        {
+            _tile_loadd(5, b, 64);
+            _tile_dpbf16ps(0, 4, 5);
+            if constexpr (G > 1)
+            {
+                _tile_loadd(6, b + b_step, 64);
+                _tile_dpbf16ps(1, 4, 6);
+            }
+            if constexpr (G > 2)
+            {
+                _tile_loadd(7, b + 2 * b_step, 64);
+                _tile_dpbf16ps(2, 4, 7);
+            }
+            if constexpr (G > 3)
+            {
+                _tile_loadd(5, b + 3 * b_step, 64);
+                _tile_dpbf16ps(3, 4, 5);
+            }
+        }
+
         /// G output-channel tiles of one chunk of 16 positions: the products into tiles 0..G-1,
         /// then out[p * 64 + j * 16 + q] (a 16 x 64 float staging area).
         template <int G>
@@ -77,32 +128,9 @@ namespace xgrad::cpu::amx
                 for (std::int64_t cc = 0; cc < ncc; ++cc)
                 {
                     _tile_loadd(4, a + taps[t] + cc * tile_depth, a_stride);
-                    const bfloat16_t* b = w + (t * ncc + cc) * tile_elements;
-                    _tile_loadd(5, b, 64);
-                    _tile_dpbf16ps(0, 4, 5);
-                    if constexpr (G > 1)
-                    {
-                        _tile_loadd(6, b + w_step, 64);
-                        _tile_dpbf16ps(1, 4, 6);
-                    }
-                    if constexpr (G > 2)
-                    {
-                        _tile_loadd(7, b + 2 * w_step, 64);
-                        _tile_dpbf16ps(2, 4, 7);
-                    }
-                    if constexpr (G > 3)
-                    {
-                        _tile_loadd(5, b + 3 * w_step, 64);
-                        _tile_dpbf16ps(3, 4, 5);
-                    }
+                    multiply<G>(w + (t * ncc + cc) * tile_elements, w_step);
                 }
-            _tile_stored(0, out, 256);
-            if constexpr (G > 1)
-                _tile_stored(1, out + 16, 256);
-            if constexpr (G > 2)
-                _tile_stored(2, out + 32, 256);
-            if constexpr (G > 3)
-                _tile_stored(3, out + 48, 256);
+            store_c<G>(out, 256);
         }
 
         /// G column tiles of acc (one row tile): loaded, the mp positions added, stored.
@@ -110,43 +138,13 @@ namespace xgrad::cpu::amx
         void weight_grad_group(float* acc, std::int64_t ldacc, const bfloat16_t* a, const bfloat16_t* xp,
                                std::int64_t mp) noexcept
         {
-            const std::int64_t c_stride = ldacc * 4, a_stride = mp * 2, b_step = mp * 16;
-            _tile_loadd(0, acc, c_stride);
-            if constexpr (G > 1)
-                _tile_loadd(1, acc + 16, c_stride);
-            if constexpr (G > 2)
-                _tile_loadd(2, acc + 32, c_stride);
-            if constexpr (G > 3)
-                _tile_loadd(3, acc + 48, c_stride);
+            load_c<G>(acc, ldacc * 4);
             for (std::int64_t m = 0; m < mp; m += tile_depth)
             {
-                _tile_loadd(4, a + m, a_stride);
-                const bfloat16_t* b = xp + m * 16;
-                _tile_loadd(5, b, 64);
-                _tile_dpbf16ps(0, 4, 5);
-                if constexpr (G > 1)
-                {
-                    _tile_loadd(6, b + b_step, 64);
-                    _tile_dpbf16ps(1, 4, 6);
-                }
-                if constexpr (G > 2)
-                {
-                    _tile_loadd(7, b + 2 * b_step, 64);
-                    _tile_dpbf16ps(2, 4, 7);
-                }
-                if constexpr (G > 3)
-                {
-                    _tile_loadd(5, b + 3 * b_step, 64);
-                    _tile_dpbf16ps(3, 4, 5);
-                }
+                _tile_loadd(4, a + m, mp * 2);
+                multiply<G>(xp + m * 16, mp * 16);
             }
-            _tile_stored(0, acc, c_stride);
-            if constexpr (G > 1)
-                _tile_stored(1, acc + 16, c_stride);
-            if constexpr (G > 2)
-                _tile_stored(2, acc + 32, c_stride);
-            if constexpr (G > 3)
-                _tile_stored(3, acc + 48, c_stride);
+            store_c<G>(acc, ldacc * 4);
         }
     }
 

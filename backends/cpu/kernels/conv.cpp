@@ -374,11 +374,17 @@ namespace xgrad::cpu
             std::vector<float> total(static_cast<std::size_t>(acc_elements));
             const kernels::conv_blocks::weight_grad_runs runs(fast_kernels(), total.data(), dtype::float32,
                                                               acc_elements, p.blocks, chains);
+            // Each position's first element in its band: the same in every band.
+            std::vector<std::int64_t> at(static_cast<std::size_t>(bs.rows * d.ow));
+            for (std::size_t m = 0; m < at.size(); ++m)
+            {
+                const auto pos = static_cast<std::int64_t>(m);
+                at[m] = pos / d.ow * d.sh * bs.row_step + pos % d.ow * d.sw * d.c;
+            }
             parallel_for(0, runs.count(), 1, [&](std::int64_t first, std::int64_t last) {
                 std::vector<bfloat16_t> band(static_cast<std::size_t>(bs.elements()));
                 std::vector<bfloat16_t> dyt(static_cast<std::size_t>(o16 * 16 * mp_max));
                 std::vector<bfloat16_t> xp(static_cast<std::size_t>(k16 * mp_max * 16));
-                std::vector<std::int64_t> at(static_cast<std::size_t>(mp_max));
                 for (std::int64_t c = first; c < last; ++c)
                 {
                     float* acc = static_cast<float*>(runs.out(c));
@@ -392,9 +398,6 @@ namespace xgrad::cpu
                             const std::int64_t npos = bs.out_rows(s) * d.ow, mp = round_up(npos, amx::tile_depth);
                             const bfloat16_t* dys = dy + (n * bs.l + s * bs.rows * d.ow) * o;
                             amx::transpose_positions(dyt.data(), dys, npos, o, mp, o16 * 16);
-                            // Each position's first element in the band.
-                            for (std::int64_t m = 0; m < npos; ++m)
-                                at[static_cast<std::size_t>(m)] = m / d.ow * d.sh * bs.row_step + m % d.ow * d.sw * d.c;
                             // x by pairs of positions: xp[t c16 + ct][m / 2][j][m % 2].
                             for (std::int64_t t = 0; t < taps; ++t)
                                 for (std::int64_t ct = 0; ct < c16; ++ct)
