@@ -301,6 +301,12 @@ namespace xgrad::cpu
 
         std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
+        /// Positions past a row's last one that its last tile of 16 rows computes and drops.
+        std::int64_t amx_spare_positions(const kernels::window2d_dims& d)
+        {
+            return round_up(d.ow, amx::tile_rows) - d.ow;
+        }
+
         /// Whether a channels-last bfloat16 convolution of dims d runs on the AMX tiles.
         bool amx_path(const kernels::window2d_dims& d, std::int64_t o, bool channels_last, dtype dt)
         {
@@ -308,7 +314,10 @@ namespace xgrad::cpu
                 return false;
             kernels::window2d_dims padded = d;
             padded.c = round_up(d.c, amx::tile_depth);
-            return bands::fit(padded);
+            // The forward's band also keeps zeros for the spare rows of a row's last tile
+            // (amx_forward's slack), bounded like the band itself: huge strides go the float32 way.
+            return bands::fit(padded) &&
+                   double(amx_spare_positions(d)) * double(d.sw) * double(padded.c) <= bands::max_elements;
         }
 
         /// w [(kh, kw, c), o] in the A x B order of amx::conv_forward: per 16 output channels,
@@ -345,9 +354,9 @@ namespace xgrad::cpu
             if (bias != nullptr)
                 for (std::int64_t q = 0; q < o; ++q)
                     bias_f.push_back(to_float(bias[q]));
-            // A tile's 16 rows start at every position of a row: past a row's last position they
-            // read up to 15 more position steps, zeros kept after the band.
-            const std::int64_t slack = amx::tile_rows * pos_step;
+            // A row's last tile of 16 positions reads amx_spare_positions(d) position steps past
+            // the row's last position: zeros kept after the band.
+            const std::int64_t slack = amx_spare_positions(d) * pos_step;
             parallel_for(0, d.n * bs.count, 1, [&](std::int64_t first, std::int64_t last) {
                 std::vector<bfloat16_t> band(static_cast<std::size_t>(bs.elements() + slack));
                 for (std::int64_t i = first; i < last; ++i)
