@@ -40,7 +40,7 @@
 // This program's own flags: --simd=<scalar|sse2|avx2_fma|avx512> caps xgrad's SIMD level for
 // the whole run, to compare instruction sets; --bn-budget=<MiB> sets the batch-norm kernels'
 // resident budget (cpu::bn_set_resident_budget), to measure it. The context records both
-// (xgrad_simd, bn_budget_bytes).
+// (xgrad_simd, bn_budget_bytes), and how bfloat16 outputs are rounded (xgrad_bf16_round).
 //
 // bench/run runs it and prints one summary line per case; only ratios measured in the same run
 // are meaningful on a shared machine.
@@ -237,6 +237,7 @@ namespace
 #endif
         benchmark::AddCustomContext("llc_bytes", std::to_string(llc_bytes()));
         benchmark::AddCustomContext("xgrad_simd", cpu::simd_level_name(cpu::simd_level_in_use()));
+        benchmark::AddCustomContext("xgrad_bf16_round", cpu::avx512_bf16_in_use() ? "avx512_bf16" : "integer");
         // The budget in use: bn_set_resident_budget returns the old value, which is put back.
         const std::int64_t budget = cpu::bn_set_resident_budget(0);
         cpu::bn_set_resident_budget(budget);

@@ -55,13 +55,14 @@ namespace cpu_kernels_test
     /// `cpu::reference::unary(...)`.
     inline const xgrad::kernels::kernel_table& fast = cpu::fast_kernels();
 
-    /// Restores the SIMD limit and the thread count at scope exit.
+    /// Restores the SIMD limits and the thread count at scope exit.
     struct settings_guard
     {
         int threads = xgrad::get_num_threads();
         ~settings_guard()
         {
             cpu::limit_simd_level(cpu::simd_level_max);
+            cpu::limit_avx512_bf16(true);
             xgrad::set_num_threads(threads);
         }
     };

@@ -3,14 +3,17 @@
 // (kernels.cpp), as xsimd functors, following the pattern of simd/kernels.hpp: the bodies
 // are written once (simd_impl.hpp) and compiled once per instruction set, in
 // ../simd/sse2.cpp (the x86-64 baseline), ../simd/avx2.cpp (-mavx2 -mfma -mf16c) and
-// ../simd/avx512.cpp (AVX-512 F/CD/BW/DQ/VL).
-// kernels.cpp sees only these declarations and the `extern template` lines below and picks
-// an instantiation at run time with detail::simd_call (dispatch.hpp).
+// ../simd/avx512.cpp (AVX-512 F/CD/BW/DQ/VL), plus, for bfloat16 tensors, avx512_bf16.cpp
+// (the same with AVX512-BF16, architecture tag avx512bw_bf16 below).
+// walk.hpp sees only these declarations and the `extern template` lines below and picks an
+// instantiation at run time (bn_call: detail::simd_call of dispatch.hpp, and avx512bw_bf16
+// for bfloat16 where avx512_bf16_in_use()).
 //
 // The functors compute in float or double (the statistics type T). 16-bit tensors are read and
 // written by the functors themselves (IO = bfloat16_t or float16_t, T = float): widened in
 // registers on load and rounded to nearest even once on store (bfloat16 with integer
-// operations, float16 with F16C, at SSE2 with xgrad::to_float / to_float16 per lane).
+// operations or AVX512-BF16's vcvtneps2bf16, float16 with F16C, at SSE2 with xgrad::to_float
+// / to_float16 per lane).
 //
 // Every x-like tensor is [outer, C, inner] (backends/common/kernel_list.hpp). The functors see it in
 // one of two shapes:
@@ -30,6 +33,13 @@
 
 namespace xgrad::cpu::simd
 {
+    /// The architecture tag of the functors instantiated for bfloat16 tensors on processors
+    /// with AVX512-BF16: xsimd::avx512bw's code, whose bfloat16 stores round with
+    /// vcvtneps2bf16 instead of integer operations (simd_io.hpp's pack_16; the same bits).
+    struct avx512bw_bf16 : xsimd::avx512bw
+    {
+    };
+
     /// Which per-channel sums a reduction functor forms (d = x - m; t_k the summed terms).
     enum class bn_sums : int
     {
@@ -163,3 +173,4 @@ namespace xgrad::cpu::simd
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::sse2)
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::fma3<xsimd::avx2>)
 XGRAD_CPU_BN_SIMD_INSTANTIATE(extern, xsimd::avx512bw)
+XGRAD_CPU_BN_SIMD_INSTANTIATE_TYPE(extern, xgrad::cpu::simd::avx512bw_bf16, float, xgrad::bfloat16_t)

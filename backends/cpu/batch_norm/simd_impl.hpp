@@ -105,7 +105,7 @@ namespace xgrad::cpu::simd
 
         /// Lanes first .. lanes-1 (negated: the real lanes 0 .. first-1 of a padded batch).
         template <class Arch, class T>
-        xsimd::batch_bool<T, Arch> lanes_from(std::int64_t first) noexcept
+        batch_bool<Arch, T> lanes_from(std::int64_t first) noexcept
         {
             alignas(64) T idx[lanes<Arch, T>];
             for (std::int64_t j = 0; j < lanes<Arch, T>; ++j)
@@ -116,7 +116,7 @@ namespace xgrad::cpu::simd
         /// add_terms for the lanes in `keep` only (the others add exactly 0).
         template <bn_sums Kind, class Arch, class T>
         void add_terms_masked(batch<Arch, T>* acc, const operands<Arch, T>& v, const batch<Arch, T>& m,
-                              const xsimd::batch_bool<T, Arch>& keep) noexcept
+                              const batch_bool<Arch, T>& keep) noexcept
         {
             using B = batch<Arch, T>;
             constexpr int K = sum_count<Kind>;
@@ -285,8 +285,7 @@ namespace xgrad::cpu::simd
         /// by `keep`.
         template <bn_sums Kind, class Arch, class T, class IO>
         void run_segment(const bn_run<T, IO>& r, std::int64_t base, batch<Arch, T>* acc0, batch<Arch, T>* acc1,
-                         const batch<Arch, T>& m, const batch<Arch, T>& k,
-                         const xsimd::batch_bool<T, Arch>& keep) noexcept
+                         const batch<Arch, T>& m, const batch<Arch, T>& k, const batch_bool<Arch, T>& keep) noexcept
         {
             using B = batch<Arch, T>;
             constexpr std::int64_t w = lanes<Arch, T>;

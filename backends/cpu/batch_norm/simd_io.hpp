@@ -1,8 +1,9 @@
 #pragma once
 // The loads and stores of the batch-norm SIMD functors (simd_impl.hpp), per architecture:
 // whole and partial batches (masked at AVX-512, through a small buffer below), the 16-bit
-// tensor types converted in registers (bfloat16 with integer operations, float16 with F16C or,
-// at SSE2, per lane), and non-temporal stores. Included ONLY by simd_impl.hpp, for the
+// tensor types converted in registers (bfloat16 with integer operations or, for the
+// avx512bw_bf16 tag, AVX512-BF16's vcvtneps2bf16; float16 with F16C or, at SSE2, per lane),
+// and non-temporal stores. Included ONLY by simd_impl.hpp, for the
 // per-instruction-set translation units; the same rule holds: every helper is a template on
 // the architecture (or a constant), so no translation unit can hand its copy to another.
 #include <cstdint>
@@ -17,8 +18,23 @@ namespace xgrad::cpu::simd
 {
     namespace bn_impl
     {
+        /// The xsimd architecture of a functor's tag: itself, except avx512bw_bf16, which runs
+        /// xsimd::avx512bw's code (only its bfloat16 rounding differs, in pack_16).
+        template <class Arch>
+        struct xsimd_arch
+        {
+            using type = Arch;
+        };
+        template <>
+        struct xsimd_arch<avx512bw_bf16>
+        {
+            using type = xsimd::avx512bw;
+        };
+
         template <class Arch, class T>
-        using batch = xsimd::batch<T, Arch>;
+        using batch = xsimd::batch<T, typename xsimd_arch<Arch>::type>;
+        template <class Arch, class T>
+        using batch_bool = xsimd::batch_bool<T, typename xsimd_arch<Arch>::type>;
 
         template <class Arch, class T>
         constexpr std::int64_t lanes = static_cast<std::int64_t>(batch<Arch, T>::size);
@@ -164,6 +180,28 @@ namespace xgrad::cpu::simd
             }
         }
 
+        /// 16 floats rounded to bfloat16 (in a __m256i) with integer operations, as
+        /// xgrad::to_bfloat16: NaN -> (u >> 16) | 0x40; else (u + 0x7fff + ((u >> 16) & 1)) >> 16.
+        template <class Arch>
+        __m256i round_bf16_avx512(__m512 v) noexcept
+        {
+            const __m512i x = _mm512_castps_si512(v);
+            const __m512i hi = _mm512_srli_epi32(x, 16);
+            const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
+                                                                       _mm512_and_si512(hi, _mm512_set1_epi32(1))),
+                                                      16);
+            const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                          _mm512_set1_epi32(0x7f800000));
+            const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+            return _mm512_cvtepi32_epi16(r); // every lane fits in 16 bits
+        }
+
+        template <class Arch>
+        [[gnu::noinline, gnu::cold]] __m256i round_bf16_avx512_cold(__m512 v) noexcept
+        {
+            return round_bf16_avx512<Arch>(v);
+        }
+
         /// A batch of floats as 16-bit values (AVX-512: 16 in a __m256i; AVX2: 8 in the low
         /// 128 bits), rounded to nearest even as xgrad::to_float16 / to_bfloat16 round: float16
         /// whatever MXCSR says (the immediate), NaNs quiet with sign and top payload kept.
@@ -177,19 +215,20 @@ namespace xgrad::cpu::simd
                 else
                     return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
             }
-            else if constexpr (is_avx512<Arch>)
+            else if constexpr (std::is_same_v<Arch, avx512bw_bf16>)
             {
+                // vcvtneps2bf16 rounds as round_bf16_avx512 does (same NaN rule, Intel SDM),
+                // except that it reads a subnormal input as zero; a batch with one (rare: below
+                // 2^-126) takes the integer way, out of line: inlined here, that code's
+                // constants held registers the tile loops need (1.05x slower than without it).
                 const __m512i x = _mm512_castps_si512(v);
-                const __m512i hi = _mm512_srli_epi32(x, 16);
-                const __m512i rounded =
-                    _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)),
-                                                       _mm512_and_si512(hi, _mm512_set1_epi32(1))),
-                                      16);
-                const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                              _mm512_set1_epi32(0x7f800000));
-                const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-                return _mm512_cvtepi32_epi16(r); // every lane fits in 16 bits
+                const __mmask16 tiny = _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000));
+                if (__builtin_expect(_mm512_mask_test_epi32_mask(tiny, x, _mm512_set1_epi32(0x007fffff)) == 0, 1))
+                    return (__m256i)_mm512_cvtneps_pbh(v);
+                return round_bf16_avx512_cold<Arch>(v);
             }
+            else if constexpr (is_avx512<Arch>)
+                return round_bf16_avx512<Arch>(v);
             else
             {
                 const __m256i x = _mm256_castps_si256(v);

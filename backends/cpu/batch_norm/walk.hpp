@@ -19,8 +19,19 @@
 
 namespace xgrad::cpu::bn_detail
 {
-    using detail::simd_call;
     using simd::bn_sums;
+
+    /// Calls functor F on a work item p of tensors of T at the instruction set in use
+    /// (detail::simd_call), bfloat16 tensors with AVX512-BF16's conversion where
+    /// avx512_bf16_in_use() (simd.hpp's avx512bw_bf16).
+    template <class F, template <class, class> class Item, class S, class T, class... Rest>
+    void bn_call(const Item<S, T>* p, Rest... rest) noexcept
+    {
+        if constexpr (std::is_same_v<T, bfloat16_t>)
+            if (avx512_bf16_in_use())
+                return F{}(simd::avx512bw_bf16{}, p, rest...);
+        detail::simd_call<F>(p, rest...);
+    }
 
     // ---------------------------------------------------------------------------------
     // Reductions: sums[s * C + c] for s < bn_sum_count(kind). m, k: per channel (null when the
@@ -74,7 +85,7 @@ namespace xgrad::cpu::bn_detail
                                  tile.k = kcol.data();
                                  tile.acc = acc.data();
                                  tile.acc_stride = cb;
-                                 simd_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, T>*>(&tile), kind);
+                                 bn_call<simd::bn_tile_fn>(static_cast<const simd::bn_tile<S, T>*>(&tile), kind);
                                  for (int s = 0; s < K; ++s)
                                  {
                                      const S* a = acc.data() + s * cb;
@@ -129,7 +140,7 @@ namespace xgrad::cpu::bn_detail
                              run.a = in.a;
                              run.y = in.y;
                              run.out = out ? out + off : nullptr;
-                             simd_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, T>*>(&run), kind);
+                             bn_call<simd::bn_run_fn>(static_cast<const simd::bn_run<S, T>*>(&run), kind);
                              for (std::int64_t ci = 0; ci < b.nc; ++ci)
                                  for (int s = 0; s < K; ++s)
                                      partial[static_cast<std::size_t>(((b.c0 + ci) * ipc + b.q) * K + s)] =
@@ -237,7 +248,7 @@ namespace xgrad::cpu::bn_detail
             p.stride = stride;
             p.relu = o.relu;
             p.stream = streaming && o.stream;
-            simd_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S, T>*>(&p));
+            bn_call<simd::bn_affine_fn>(static_cast<const simd::bn_affine<S, T>*>(&p));
         };
 
         if (geo.tiles)

@@ -1,7 +1,8 @@
 // The run-time choice of instruction set for the fast kernels of an XGRAD_SIMD=dispatch build
 // (simd/level_scalar.cpp stands in for this file in a scalar build): what the processor and the
 // OS support, the process-wide cap set by limit_simd_level (simd/level.hpp), whether copies
-// may use F16C, and whether the AMX tile kernels may run (amx/amx.hpp).
+// may use F16C, whether the batch-norm kernels may use AVX512-BF16's conversion, and whether
+// the AMX tile kernels may run (amx/amx.hpp).
 //
 // The SIMD code is compiled per instruction set in simd/<arch>.cpp; simd_call (dispatch.hpp)
 // calls the one of the level in use. Each level needs the processor's feature bits and the OS
@@ -24,6 +25,7 @@ namespace xgrad::cpu
     {
         std::atomic<simd_level> g_limit{simd_level_max};
         std::atomic<bool> g_amx_enabled{true};
+        std::atomic<bool> g_avx512_bf16_enabled{true};
 
         /// XCR0, the register state the OS saves on context switches (0 without OSXSAVE).
         unsigned os_saved_state() noexcept
@@ -58,6 +60,24 @@ namespace xgrad::cpu
             return (b & need) == need && has_avx2_fma() && (os_saved_state() & 0xe6u) == 0xe6u;
         }
     }
+
+    bool avx512_bf16_supported() noexcept
+    {
+        // CPUID.(7, 1):EAX bit 5; AVX512-BF16 uses no register state beyond AVX-512's.
+        static const bool ok = [] {
+            unsigned a = 0, b = 0, c = 0, d = 0;
+            return has_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
+        }();
+        return ok;
+    }
+
+    bool avx512_bf16_in_use() noexcept
+    {
+        return g_avx512_bf16_enabled.load(std::memory_order_relaxed) && simd_level_in_use() == simd_level::avx512 &&
+               avx512_bf16_supported();
+    }
+
+    void limit_avx512_bf16(bool enabled) noexcept { g_avx512_bf16_enabled.store(enabled, std::memory_order_relaxed); }
 
     bool amx_supported() noexcept
     {

@@ -43,4 +43,17 @@ namespace xgrad::cpu
     /// Caps the level for subsequent kernel calls (process-wide; default: no cap). Not meant to
     /// change while kernels run on other threads.
     void limit_simd_level(simd_level max_level) noexcept;
+
+    /// Whether the processor has AVX512-BF16 (vcvtneps2bf16, float32 -> bfloat16) besides the
+    /// extensions of the avx512 level. False in a scalar build and off x86-64.
+    bool avx512_bf16_supported() noexcept;
+    /// avx512_bf16_supported(), the level in use is avx512 (so XGRAD_SIMD and limit_simd_level
+    /// below it turn it off too), and limit_avx512_bf16 has not turned it off. The batch-norm
+    /// kernels then round their bfloat16 outputs with vcvtneps2bf16 (same bits: see
+    /// batch_norm/simd_io.hpp).
+    bool avx512_bf16_in_use() noexcept;
+    /// Turns those conversions off (false) or back on (true) for later calls, process-wide: the
+    /// tests compare both ways of rounding on the same processor. Not meant to change while
+    /// kernels run.
+    void limit_avx512_bf16(bool enabled) noexcept;
 }

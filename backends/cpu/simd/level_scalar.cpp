@@ -13,6 +13,9 @@ namespace xgrad::cpu
     simd_level simd_supported() noexcept { return simd_level::scalar; }
     simd_level simd_level_in_use() noexcept { return simd_level::scalar; }
     void limit_simd_level(simd_level) noexcept {}
+    bool avx512_bf16_supported() noexcept { return false; }
+    bool avx512_bf16_in_use() noexcept { return false; }
+    void limit_avx512_bf16(bool) noexcept {}
     bool amx_supported() noexcept { return false; }
     bool amx_in_use() noexcept { return false; }
     void limit_amx(bool) noexcept {}

@@ -2,7 +2,8 @@
 // reference twins (backends/cpu/batch_norm/reference.cpp): every kernel, random and edge shapes
 // in both layouts (channels-last inner = 1, channels-first inner > 1; outer, C, inner including
 // 0, 1, 3, 17, 67 and other odd sizes; the tile and run paths and their boundaries), the four
-// x dtypes, every SIMD level this machine has (limit_simd_level), outputs pre-filled with NaN
+// x dtypes, every SIMD level this machine has (limit_simd_level; bfloat16 at avx512 also with
+// AVX512-BF16's conversion where the processor has it, limit_avx512_bf16), outputs pre-filled with NaN
 // (kernels assign), and results bitwise independent of the thread count. The references are
 // called directly (cpu::reference); which of the two a level runs through the kernel table is
 // the dispatch tests' concern.
@@ -79,6 +80,36 @@ namespace
     using cpu_kernels_test::simd_levels;
 
     using cpu_kernels_test::level_name;
+
+    /// One way the fast kernels run on this machine: a SIMD level and, for bfloat16 tensors at
+    /// avx512, whether their outputs are rounded by AVX512-BF16's vcvtneps2bf16 or by integer
+    /// operations (both must give the reference's bits).
+    struct way
+    {
+        cpu::simd_level level;
+        bool bf16_instructions;
+        void use() const
+        {
+            cpu::limit_simd_level(level);
+            cpu::limit_avx512_bf16(bf16_instructions);
+        }
+        std::string name() const { return level_name(level) + (bf16_instructions ? " with avx512_bf16" : ""); }
+    };
+
+    /// Every SIMD level, and for T = bfloat16 the avx512 level a second time with AVX512-BF16's
+    /// conversion where the processor has it.
+    template <class T>
+    std::vector<way> ways()
+    {
+        std::vector<way> out;
+        for (const auto level : simd_levels())
+        {
+            out.push_back({level, false});
+            if (std::is_same_v<T, bfloat16_t> && level == cpu::simd_level::avx512 && cpu::avx512_bf16_supported())
+                out.push_back({level, true});
+        }
+        return out;
+    }
 
     template <class T>
     using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -537,15 +568,16 @@ namespace
         std::vector<stat_t<T>> gs, ggs;
         reference_sums(p, gs, ggs);
         const outputs<T> want = run_all(p, false, gs, ggs);
-        for (const auto level : simd_levels())
+        for (const auto& w : ways<T>())
         {
-            cpu::limit_simd_level(level);
+            w.use();
             const outputs<T> got = run_all(p, true, gs, ggs);
-            INFO(dtype_name<T>(), " ", str(p.sh), " level ", level_name(level));
+            INFO(dtype_name<T>(), " ", str(p.sh), " level ", w.name());
             const std::string err = compare(p, got, want, gs, ggs);
             CHECK_MESSAGE(err.empty(), err);
         }
         cpu::limit_simd_level(cpu::simd_level_max);
+        cpu::limit_avx512_bf16(true);
     }
 
     /// Shapes that hit the paths and their edges: channels-last C below / at / above the SIMD
@@ -639,14 +671,14 @@ namespace
             const problem<T> p(s, gen);
             std::vector<stat_t<T>> gs, ggs;
             reference_sums(p, gs, ggs);
-            for (const auto level : simd_levels())
+            for (const auto& w : ways<T>())
             {
-                if (level == cpu::simd_level::scalar)
+                if (w.level == cpu::simd_level::scalar)
                     continue;
-                cpu::limit_simd_level(level);
+                w.use();
                 xgrad::set_num_threads(1);
                 const outputs<T> one = run_all(p, true, gs, ggs);
-                INFO(dtype_name<T>(), " ", str(s), " level ", level_name(level));
+                INFO(dtype_name<T>(), " ", str(s), " level ", w.name());
                 for (int threads : {2, 3})
                 {
                     xgrad::set_num_threads(threads);
@@ -684,11 +716,11 @@ namespace
             const problem<T> p(s, gen);
             std::vector<stat_t<T>> gs, ggs;
             reference_sums(p, gs, ggs);
-            for (const auto level : simd_levels())
+            for (const auto& w : ways<T>())
             {
-                if (level == cpu::simd_level::scalar)
+                if (w.level == cpu::simd_level::scalar)
                     continue;
-                cpu::limit_simd_level(level);
+                w.use();
                 for (int threads : {1, 2})
                 {
                     xgrad::set_num_threads(threads);
@@ -697,8 +729,8 @@ namespace
                     for (const std::int64_t b : budgets)
                     {
                         cpu::bn_set_resident_budget(b);
-                        INFO(std::string(dtype_name<T>()), " ", str(s), " level ", level_name(level), " threads ",
-                             threads, " budget ", b);
+                        INFO(std::string(dtype_name<T>()), " ", str(s), " level ", w.name(), " threads ", threads,
+                             " budget ", b);
                         CHECK_MESSAGE(run_all(p, true, gs, ggs) == base, "results differ from the 4 MiB budget's");
                     }
                 }
@@ -821,8 +853,14 @@ TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exa
     // correctly rounded in float by both sides, then rounded once to bfloat16. So the fast
     // kernels (which convert bfloat16 in registers) must give the reference's bits exactly,
     // at every SIMD level and through the partial batches of odd row lengths; a rounding other
-    // than to nearest even would differ on about half the elements.
+    // than to nearest even would differ on about half the elements. A tenth of the inputs are
+    // special: subnormal and smallest-normal values (products below 2^-126, which AVX512-BF16's
+    // vcvtneps2bf16 would read as zero: the kernels must round them as the reference does),
+    // NaNs with payloads (quieted, sign and top payload kept), infinities, and values near the
+    // largest bfloat16 (products that overflow, or round up to infinity).
     settings_guard guard;
+    const std::uint16_t special[] = {0x0001, 0x8001, 0x0035, 0x007f, 0x807f, 0x0080, 0x8080, 0x00ff,
+                                     0x0100, 0x7fc1, 0xffa5, 0x7f81, 0x7f80, 0xff80, 0x7f7f, 0xff7e};
     std::mt19937_64 gen(21);
     std::uniform_real_distribution<double> U(-4, 4);
     constexpr dtype dt = dtype::bfloat16;
@@ -834,6 +872,10 @@ TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exa
         {
             x[i] = xgrad::to_bfloat16(static_cast<float>(U(gen)));
             dy[i] = xgrad::to_bfloat16(static_cast<float>(U(gen)));
+            if (gen() % 10 == 0)
+                x[i].bits = special[gen() % std::size(special)];
+            if (gen() % 10 == 0)
+                dy[i].bits = special[gen() % std::size(special)];
         }
         std::vector<float> scale(C), zero(C, 0.f), one(C, 1.f), s1(C), s2(C);
         for (auto& v : scale)
@@ -843,14 +885,14 @@ TEST_CASE("batch-norm kernels: bfloat16 outputs are rounded to nearest even, exa
                                      false, dt, s.outer, s.C, s.inner);
         cpu::reference::bn_grad_inference(dx_want.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr,
                                           scale.data(), zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
-        for (const auto level : simd_levels())
+        for (const auto& w : ways<bfloat16_t>())
         {
-            cpu::limit_simd_level(level);
+            w.use();
             fast_table.bn_normalize(y_got.data(), x.data(), scale.data(), zero.data(), zero.data(), one.data(), 0.0,
                                     false, dt, s.outer, s.C, s.inner);
             fast_table.bn_grad_inference(dx_got.data(), s1.data(), s2.data(), dy.data(), x.data(), nullptr,
                                          scale.data(), zero.data(), one.data(), 0.0, dt, s.outer, s.C, s.inner);
-            INFO(str(s), " level ", level_name(level));
+            INFO(str(s), " level ", w.name());
             CHECK(same_bits(y_got, y_want));
             CHECK(same_bits(dx_got, dx_want));
         }
