@@ -220,7 +220,8 @@ namespace xgrad::cpu::simd
                 // vcvtneps2bf16 rounds as round_bf16_avx512 does (same NaN rule, Intel SDM),
                 // except that it reads a subnormal input as zero; a batch with one (rare: below
                 // 2^-126) takes the integer way, out of line: inlined here, that code's
-                // constants held registers the tile loops need (1.05x slower than without it).
+                // constants held registers the tile loops need (the channels-last training
+                // gradient ran 5-9% slower than with the integer rounding alone).
                 const __m512i x = _mm512_castps_si512(v);
                 const __mmask16 tiny = _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000));
                 if (__builtin_expect(_mm512_mask_test_epi32_mask(tiny, x, _mm512_set1_epi32(0x007fffff)) == 0, 1))
