@@ -45,7 +45,7 @@
 #include "backends/cpu/simd/level.hpp"
 #include "xgrad/cpu_info.hpp"
 #include "xgrad/factories.hpp"
-#include "xgrad/layers/module.hpp"
+#include "xgrad/nn/module.hpp"
 #include "xgrad/optim/optimizer.hpp"
 #include "xgrad/thread_pool.hpp"
 

@@ -5,8 +5,8 @@
 #   find_package(xgrad REQUIRED)
 #   target_link_libraries(app PRIVATE xgrad::xgrad)
 #
-# Installed: the xgrad library, the public headers (core/include/xgrad/ and
-# layers/include/xgrad/; backends/ headers are internal), and
+# Installed: the xgrad library, the public headers (<floor>/include/xgrad/ of base, core, nn and
+# train, and the generated umbrella headers; backends/ headers are internal), and
 # <libdir>/cmake/xgrad/{xgradConfig,xgradConfigVersion,xgradTargets*}.cmake.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -71,17 +71,13 @@ if(TARGET xgrad_cuda_library)
   install(TARGETS xgrad_cuda_library LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
-# Public headers: everything under core/include/xgrad/ (-> <includedir>/xgrad/...).
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/xgrad
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "*.inl" PATTERN "*.tpp")
-# The layers' headers (<includedir>/xgrad/layers.hpp, <includedir>/xgrad/layers/*.hpp), when
-# layers/ is part of the build (layers/CMakeLists.txt sets XGRAD_WITH_LAYERS).
-if(XGRAD_WITH_LAYERS)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/layers/include/xgrad
-    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-    FILES_MATCHING PATTERN "*.hpp")
-endif()
+# Public headers: every floor's include/xgrad/ and the generated umbrellas, merged into
+# <includedir>/xgrad/.
+foreach(_xgrad_dir ${PROJECT_SOURCE_DIR}/base/include ${PROJECT_SOURCE_DIR}/core/include ${PROJECT_SOURCE_DIR}/nn/include
+                   ${PROJECT_SOURCE_DIR}/train/include ${XGRAD_GENERATED_INCLUDE_DIR})
+  install(DIRECTORY ${_xgrad_dir}/xgrad DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
+endforeach()
+unset(_xgrad_dir)
 
 install(EXPORT xgradTargets
   NAMESPACE xgrad::

@@ -45,7 +45,7 @@
 #include "xgrad/cpu_info.hpp"
 #include "xgrad/distributed/comm.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
-#include "xgrad/layers/sync_batch_norm.hpp"
+#include "xgrad/distributed/sync_batch_norm.hpp"
 #include "xgrad/train.hpp"
 
 namespace

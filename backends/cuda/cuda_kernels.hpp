@@ -24,7 +24,8 @@
 #include <cstddef>
 
 #include "backends/common/kernel_list.hpp"
-#include "xgrad/dtype.hpp" // cuda_memory_stats
+#include "xgrad/device.hpp" // cuda_memory_stats
+#include "xgrad/dtype.hpp"
 
 namespace xgrad::cuda
 {

@@ -16,6 +16,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
 #include "core/src/profiler/record.hpp"
+#include "xgrad/cuda.hpp"
 #include "xgrad/errors.hpp"
 
 #ifdef XGRAD_WITH_CUDA

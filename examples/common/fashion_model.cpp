@@ -41,6 +41,8 @@ namespace xgrad::examples
         model->add("fc1", std::make_shared<nn::linear>(fc1, gen));
         model->add("relu3", std::make_shared<nn::relu>());
         model->add("fc2", std::make_shared<nn::linear>(128, 10, gen));
+        // bn + relu + pool as one op each (the same function, an activation tensor fewer).
+        nn::fuse(*model);
         return model;
     }
 

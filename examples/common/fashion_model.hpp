@@ -24,6 +24,7 @@ namespace xgrad::examples
     /// where the processor has them) and give bfloat16 activations, which batch norm (float32
     /// statistics and parameters), ReLU and pooling keep; fc1 takes them back to float32. The
     /// parameters (the master weights) are float32 either way. "f32": float32 throughout.
+    /// Each bn + relu + pool run is fused (nn::fuse).
     std::shared_ptr<nn::sequential> make_fashion_model(const std::string& data_format, generator& gen,
                                                        const std::string& precision = "f32");
 

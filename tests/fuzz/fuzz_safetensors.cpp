@@ -18,9 +18,9 @@
 #include "tests/fuzz/fuzz_temp_file.hpp"
 #include "xgrad/io/atomic_file.hpp"
 #include "xgrad/io/safetensors.hpp"
-#include "xgrad/layers/batch_norm.hpp"
-#include "xgrad/layers/conv.hpp"
-#include "xgrad/layers/sequential.hpp"
+#include "xgrad/nn/batch_norm.hpp"
+#include "xgrad/nn/conv.hpp"
+#include "xgrad/nn/sequential.hpp"
 #include "xgrad/optim/optimizer.hpp"
 
 namespace

@@ -27,9 +27,9 @@
 #include "xgrad/data/idx.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/io/safetensors.hpp"
-#include "xgrad/layers/batch_norm.hpp"
-#include "xgrad/layers/conv.hpp"
-#include "xgrad/layers/sequential.hpp"
+#include "xgrad/nn/batch_norm.hpp"
+#include "xgrad/nn/conv.hpp"
+#include "xgrad/nn/sequential.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/optim/optimizer.hpp"
 

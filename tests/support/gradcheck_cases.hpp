@@ -240,6 +240,7 @@ namespace gradcheck_cases
         {"concat",             {{2, 3}, {4, 3}},        domain::any,      F(square(concat({x[0], x[1]}, 0)))},
         {"pad",                {{2, 3}},                domain::any,      F(square(pad(x[0], {{1, 0}, {2, 1}}, 0.5)))},
         {"contiguous",         {{3, 4}},                domain::any,      F(square(contiguous(transpose(x[0], 0, 1))))},
+        {"identity",           {{3, 4}},                domain::any,      F(mul(identity(x[0]), x[0]))},
         {"log_softmax",        {{3, 4}},                domain::any,      F(log_softmax(x[0], 1))},
         {"softmax",            {{3, 4}},                domain::any,      F(softmax(x[0], 0))},
         {"cross_entropy",      {{4, 3}},                domain::any,      F(cross_entropy(x[0], on(x, labels)))},

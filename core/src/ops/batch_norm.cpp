@@ -32,12 +32,12 @@
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
 #include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/storage.hpp"
 
 namespace xgrad
 {
     namespace
     {
-        using detail::bn_layout;
 
         /// The empty [0] placeholder outputs.
         tensor placeholder(dtype sdt, device dev) { return zeros({0}, sdt, dev); }
@@ -53,11 +53,11 @@ namespace xgrad
     {
         /// The forward on validated arguments (both ops of section 1.2 / 1.8 of
         /// docs/batch_norm.md); relu: the kernels apply max(y, 0) as they store y.
-        batch_norm_forward_result run_forward(const bn_layout& L, const tensor& x, const tensor& scale,
+        batch_norm_forward_result run_forward(const batch_norm_layout& L, const tensor& x, const tensor& scale,
                                               const tensor& offset, const tensor& mean, const tensor& variance,
                                               const batch_norm_attrs& attrs, bool relu)
         {
-            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            const dtype sdt = batch_norm_stats_dtype(x.dtype());
             const tensor xc = detail::raw_contiguous(x);
             const tensor sc = detail::raw_contiguous(scale), oc = detail::raw_contiguous(offset);
             const std::int64_t R = L.count();
@@ -122,7 +122,8 @@ namespace xgrad
                                                const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("fused_batch_norm");
-        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "FusedBatchNormV3");
+        const batch_norm_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs,
+                                                             "FusedBatchNormV3");
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, false);
         record("fused_batch_norm", {x, scale, offset}, {out.y},
                [x, scale, rs1 = out.reserve_space_1, rs2 = out.reserve_space_2, attrs](function_node&,
@@ -133,12 +134,25 @@ namespace xgrad
         return out;
     }
 
+    batch_norm_moments_result batch_norm_moments(const tensor& x, const batch_norm_attrs& attrs)
+    {
+        XGRAD_PROFILE_OP("batch_norm_moments");
+        const batch_norm_layout L = detail::check_bn_input(x, attrs, "batch_norm_moments");
+        const dtype sdt = batch_norm_stats_dtype(x.dtype());
+        batch_norm_moments_result out{detail::empty({L.C}, sdt, x.device()), detail::empty({L.C}, sdt, x.device())};
+        const tensor xc = detail::raw_contiguous(x);
+        bn_kernels(x).bn_moments(out.mean.data_ptr(), out.variance.data_ptr(), xc.data_ptr(), x.dtype(), L.outer, L.C,
+                                 L.inner);
+        return out;
+    }
+
     batch_norm_forward_result fused_batch_norm_relu(const tensor& x, const tensor& scale, const tensor& offset,
                                                     const tensor& mean, const tensor& variance,
                                                     const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("fused_batch_norm_relu");
-        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, "fused_batch_norm_relu");
+        const batch_norm_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs,
+                                                             "fused_batch_norm_relu");
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
         // The backward needs y for ReLU's mask; saved without the output -> node -> output cycle.
         record("fused_batch_norm_relu", {x, scale, offset}, {out.y},
@@ -155,10 +169,10 @@ namespace xgrad
     {
         // The two phases of the training-mode gradient on validated arguments, for the public
         // two-phase API below (fused_batch_norm_grad runs both in one kernel call instead).
-        batch_norm_grad_sums grad_reduce(const bn_layout& L, const tensor& y_backprop, const tensor& x,
+        batch_norm_grad_sums grad_reduce(const batch_norm_layout& L, const tensor& y_backprop, const tensor& x,
                                          const tensor& reserve_space_1)
         {
-            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            const dtype sdt = batch_norm_stats_dtype(x.dtype());
             batch_norm_grad_sums s{zeros({L.C}, sdt, x.device()), zeros({L.C}, sdt, x.device())};
             if (L.count() > 0)
             {
@@ -170,12 +184,12 @@ namespace xgrad
             return s;
         }
 
-        batch_norm_grad_result grad_apply(const bn_layout& L, const tensor& y_backprop, const tensor& x,
+        batch_norm_grad_result grad_apply(const batch_norm_layout& L, const tensor& y_backprop, const tensor& x,
                                           const tensor& scale, const tensor& reserve_space_1,
                                           const tensor& reserve_space_2, const batch_norm_grad_sums& sums,
                                           std::int64_t count, float epsilon)
         {
-            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            const dtype sdt = batch_norm_stats_dtype(x.dtype());
             no_grad guard;
             batch_norm_grad_result r;
             r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
@@ -205,8 +219,9 @@ namespace xgrad
                                                 const tensor& reserve_space_1, const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("batch_norm_grad_reduce");
-        const bn_layout L = detail::check_bn_grad_args(y_backprop, x, {{"reserve_space_1", reserve_space_1}}, attrs,
-                                                       batch_norm_grad_version::v3, "batch_norm_grad_reduce");
+        const batch_norm_layout L = detail::check_bn_grad_args(y_backprop, x, {{"reserve_space_1", reserve_space_1}},
+                                                               attrs, batch_norm_grad_version::v3,
+                                                               "batch_norm_grad_reduce");
         return grad_reduce(L, y_backprop, x, reserve_space_1);
     }
 
@@ -217,13 +232,13 @@ namespace xgrad
     {
         XGRAD_PROFILE_OP("batch_norm_grad_apply");
         const char* op = "batch_norm_grad_apply";
-        const bn_layout L = detail::check_bn_grad_args(y_backprop, x,
-                                                       {{"scale", scale},
-                                                        {"reserve_space_1", reserve_space_1},
-                                                        {"reserve_space_2", reserve_space_2},
-                                                        {"sum_dy", sums.sum_dy},
-                                                        {"sum_dy_xc", sums.sum_dy_xc}},
-                                                       attrs, batch_norm_grad_version::v3, op);
+        const batch_norm_layout L = detail::check_bn_grad_args(y_backprop, x,
+                                                               {{"scale", scale},
+                                                                {"reserve_space_1", reserve_space_1},
+                                                                {"reserve_space_2", reserve_space_2},
+                                                                {"sum_dy", sums.sum_dy},
+                                                                {"sum_dy_xc", sums.sum_dy_xc}},
+                                                               attrs, batch_norm_grad_version::v3, op);
         if (count < L.count())
             throw xgrad::invalid_argument(std::string(op) + ": count " + std::to_string(count) +
                                           " is smaller than the elements per channel of x (" +
@@ -237,11 +252,11 @@ namespace xgrad
         /// x_backprop together (bn_grad_training or bn_grad_inference). y: the output of
         /// fused_batch_norm_relu, whose mask y > 0 the kernel applies to dy as it loads it, or
         /// undefined.
-        batch_norm_grad_result fused_grad(const bn_layout& L, const tensor& y_backprop, const tensor& x,
+        batch_norm_grad_result fused_grad(const batch_norm_layout& L, const tensor& y_backprop, const tensor& x,
                                           const tensor& y, const tensor& scale, const tensor& reserve_space_1,
                                           const tensor& reserve_space_2, const batch_norm_attrs& attrs)
         {
-            const dtype sdt = detail::bn_stats_dtype(x.dtype());
+            const dtype sdt = batch_norm_stats_dtype(x.dtype());
             no_grad guard;
             batch_norm_grad_result r;
             r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
@@ -278,8 +293,8 @@ namespace xgrad
         XGRAD_PROFILE_OP("fused_batch_norm_grad");
         (void)reserve_space_3; // accepted with any shape and ignored (contract section 4)
         const char* op = version == batch_norm_grad_version::v2 ? "FusedBatchNormGradV2" : "FusedBatchNormGradV3";
-        const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                  version, op);
+        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                          version, op);
         batch_norm_grad_result r = fused_grad(L, y_backprop, x, tensor(), scale, reserve_space_1, reserve_space_2,
                                               attrs);
         record("fused_batch_norm_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
@@ -298,8 +313,8 @@ namespace xgrad
     {
         XGRAD_PROFILE_OP("fused_batch_norm_relu_grad");
         const char* op = "fused_batch_norm_relu_grad";
-        const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                  batch_norm_grad_version::v3, op);
+        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                          batch_norm_grad_version::v3, op);
         detail::check_bn_same(L, x, {{"y", y}}, {}, op);
         batch_norm_grad_result r = fused_grad(L, y_backprop, x, y, scale, reserve_space_1, reserve_space_2, attrs);
         // This op is fused_batch_norm_grad at g = where(y > 0, dy, 0). The mask is piecewise
@@ -343,8 +358,8 @@ namespace xgrad
                 no_grad guard;
                 dy = detail::max_pool_scatter(g, picks, pooled);
             }
-            const bn_layout L = detail::check_bn_grad(dy, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                      batch_norm_grad_version::v3, op);
+            const batch_norm_layout L = detail::check_bn_grad(dy, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                              batch_norm_grad_version::v3, op);
             batch_norm_grad_result r = fused_grad(L, dy, x, tensor(), scale, reserve_space_1, reserve_space_2, attrs);
             record(op, {g, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
                    [g, x, pd = pooled.detach(), picks, scale, reserve_space_1, reserve_space_2,
@@ -366,7 +381,7 @@ namespace xgrad
     {
         XGRAD_PROFILE_OP("fused_batch_norm_relu_max_pool2d");
         const char* op = "fused_batch_norm_relu_max_pool2d";
-        const bn_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, op);
+        const batch_norm_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, op);
         if (x.dim() != 4)
             throw xgrad::invalid_argument(
                 std::string(op) + ": x must be rank 4 (data_format \"NHWC\" or \"NCHW\"), got " +
@@ -398,10 +413,10 @@ namespace xgrad
     {
         XGRAD_PROFILE_OP("fused_batch_norm_grad_grad");
         const char* op = "fused_batch_norm_grad_grad";
-        const bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                  batch_norm_grad_version::v3, op);
+        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+                                                          batch_norm_grad_version::v3, op);
         detail::check_bn_same(L, x, {{"A", A}}, {{"a", a}, {"b", b}}, op);
-        const dtype sdt = detail::bn_stats_dtype(x.dtype());
+        const dtype sdt = batch_norm_stats_dtype(x.dtype());
         batch_norm_grad_grad_result r;
         r.d_y_backprop = detail::empty(x.shape(), x.dtype(), x.device());
         r.d_x = detail::empty(x.shape(), x.dtype(), x.device());
@@ -442,7 +457,7 @@ namespace xgrad
                [A, a, b, y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node& self,
                                                                                         const std::vector<tensor>& g) {
                    // Third order and beyond: differentiate the composite formula of the same
-                   // function, built on identity aliases of the inputs (detail::bn_identity) so that the gradients
+                   // function, built on identity aliases of the inputs (identity) so that the gradients
                    // are taken w.r.t. exactly these uses of them.
                    const bool create = is_grad_enabled();
                    enable_grad on;
@@ -453,7 +468,7 @@ namespace xgrad
                    {
                        if (self.needs_input_grad(i))
                        {
-                           use[i] = detail::bn_identity(ins[i]);
+                           use[i] = identity(ins[i]);
                            wrt.push_back(use[i]);
                            wanted.push_back(i);
                        }

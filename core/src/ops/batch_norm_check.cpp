@@ -8,6 +8,7 @@
 #include "../detail.hpp"
 #include "batch_norm_internal.hpp"
 #include "xgrad/autograd.hpp"
+#include "xgrad/factories.hpp"
 
 namespace xgrad::detail
 {
@@ -81,7 +82,7 @@ namespace xgrad::detail
 
         void check_stats_dtype(const tensor& x, const tensor& t, const char* tname, const char* op)
         {
-            const dtype want = bn_stats_dtype(x.dtype());
+            const dtype want = batch_norm_stats_dtype(x.dtype());
             if (t.dtype() != want)
                 fail(op, std::string(tname) + " has dtype " + std::string(name(t.dtype())) + " but x has dtype " +
                              std::string(name(x.dtype())) + " (" + tname + " must be " + std::string(name(want)) + ")");
@@ -101,36 +102,10 @@ namespace xgrad::detail
         }
     }
 
-    dtype bn_stats_dtype(dtype xdt) noexcept { return xdt == dtype::float64 ? dtype::float64 : dtype::float32; }
-
-    tensor bn_identity(const tensor& x)
-    {
-        tensor y = alias(x, x.shape(), x.strides(), x.offset());
-        record("identity", {x}, {y},
-               [](function_node&, const std::vector<tensor>& g) { return std::vector<tensor>{g[0]}; });
-        return y;
-    }
-
-    shape_type bn_layout::channel_shape() const
-    {
-        shape_type s(static_cast<std::size_t>(rank), 1);
-        s[static_cast<std::size_t>(channel_dim)] = C;
-        return s;
-    }
-
-    axes_type bn_layout::reduce_axes() const
-    {
-        axes_type axes;
-        for (std::int64_t d = 0; d < rank; ++d)
-            if (d != channel_dim)
-                axes.push_back(d);
-        return axes;
-    }
-
-    bn_layout bn_layout_of(const tensor& x, const std::string& data_format)
+    batch_norm_layout bn_layout_of(const tensor& x, const std::string& data_format)
     {
         const format_info f = format_of(data_format);
-        bn_layout l;
+        batch_norm_layout l;
         l.channels_last = f.channels_last;
         l.rank = f.rank;
         l.channel_dim = f.channels_last ? f.rank - 1 : 1;
@@ -147,9 +122,9 @@ namespace xgrad::detail
         return l;
     }
 
-    bn_layout check_bn_grad_args(const tensor& y_backprop, const tensor& x,
-                                 const std::vector<std::pair<const char*, tensor>>& per_channel,
-                                 const batch_norm_attrs& attrs, batch_norm_grad_version version, const char* op)
+    batch_norm_layout check_bn_grad_args(const tensor& y_backprop, const tensor& x,
+                                         const std::vector<std::pair<const char*, tensor>>& per_channel,
+                                         const batch_norm_attrs& attrs, batch_norm_grad_version version, const char* op)
     {
         // TensorFlow's names for the saved statistics in its rank message.
         auto rank_name = [](const std::string& n) {
@@ -175,7 +150,7 @@ namespace xgrad::detail
             fail(op, "x and y_backprop must have same shape, but x has shape " + shape_to_string(x.shape()) +
                          " and y_backprop has shape " + shape_to_string(y_backprop.shape()));
         // 5. lengths
-        const bn_layout layout = bn_layout_of(x, attrs.data_format);
+        const batch_norm_layout layout = bn_layout_of(x, attrs.data_format);
         for (const auto& [n, t] : per_channel)
             check_length(t, n, layout.C, op);
         // 6. zero channels
@@ -198,9 +173,9 @@ namespace xgrad::detail
         return layout;
     }
 
-    bn_layout check_bn_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                            const tensor& reserve_space_1, const tensor& reserve_space_2, const batch_norm_attrs& attrs,
-                            batch_norm_grad_version version, const char* op)
+    batch_norm_layout check_bn_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
+                                    const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                    const batch_norm_attrs& attrs, batch_norm_grad_version version, const char* op)
     {
         return check_bn_grad_args(
             y_backprop, x,
@@ -208,8 +183,22 @@ namespace xgrad::detail
             version, op);
     }
 
-    bn_layout check_bn_forward(const tensor& x, const tensor& scale, const tensor& offset, const tensor& mean,
-                               const tensor& variance, const batch_norm_attrs& attrs, const char* op)
+    batch_norm_layout check_bn_input(const tensor& x, const batch_norm_attrs& attrs, const char* op)
+    {
+        if (!x.defined())
+            fail(op, "x must be a defined tensor");
+        check_rank_4_or_5(x, "x", op);
+        check_format(x, attrs, false, op);
+        const batch_norm_layout layout = bn_layout_of(x, attrs.data_format);
+        if (layout.C == 0)
+            fail(op, "x has zero channels (shape " + shape_to_string(x.shape()) + ", data_format " + attrs.data_format +
+                         ")");
+        check_io_dtype(x, op);
+        return layout;
+    }
+
+    batch_norm_layout check_bn_forward(const tensor& x, const tensor& scale, const tensor& offset, const tensor& mean,
+                                       const tensor& variance, const batch_norm_attrs& attrs, const char* op)
     {
         if (!x.defined())
             fail(op, "x must be a defined tensor");
@@ -219,7 +208,7 @@ namespace xgrad::detail
         check_1d(offset, "offset", op);
         check_1d(mean, "mean", op);
         check_1d(variance, "variance", op);
-        const bn_layout layout = bn_layout_of(x, attrs.data_format);
+        const batch_norm_layout layout = bn_layout_of(x, attrs.data_format);
         check_length(scale, "scale", layout.C, op);
         check_length(offset, "offset", layout.C, op);
         const bool reads_stats = !attrs.is_training || attrs.exponential_avg_factor != 1.0f;
@@ -250,7 +239,8 @@ namespace xgrad::detail
         return layout;
     }
 
-    void check_bn_same(const bn_layout& layout, const tensor& x, const std::vector<std::pair<const char*, tensor>>& xs,
+    void check_bn_same(const batch_norm_layout& layout, const tensor& x,
+                       const std::vector<std::pair<const char*, tensor>>& xs,
                        const std::vector<std::pair<const char*, tensor>>& vs, const char* op)
     {
         for (const auto& [tname, t] : xs)
@@ -269,5 +259,37 @@ namespace xgrad::detail
             check_stats_dtype(x, t, tname, op);
             check_device(x, t, tname, op);
         }
+    }
+}
+
+namespace xgrad
+{
+    dtype batch_norm_stats_dtype(dtype xdt) noexcept { return xdt == dtype::float64 ? dtype::float64 : dtype::float32; }
+
+    shape_type batch_norm_layout::channel_shape() const
+    {
+        shape_type s(static_cast<std::size_t>(rank), 1);
+        s[static_cast<std::size_t>(channel_dim)] = C;
+        return s;
+    }
+
+    axes_type batch_norm_layout::reduce_axes() const
+    {
+        axes_type axes;
+        for (std::int64_t d = 0; d < rank; ++d)
+            if (d != channel_dim)
+                axes.push_back(d);
+        return axes;
+    }
+
+    batch_norm_layout check_batch_norm_forward(const tensor& x, const tensor& scale, const tensor& offset,
+                                               const batch_norm_attrs& attrs, const char* op)
+    {
+        batch_norm_attrs training = attrs;
+        training.is_training = true;
+        training.exponential_avg_factor = 1.0f;
+        const dtype sdt = batch_norm_stats_dtype(x.defined() ? x.dtype() : dtype::float32);
+        const tensor no_stats = zeros({0}, sdt, x.defined() ? x.device() : cpu_device);
+        return detail::check_bn_forward(x, scale, offset, no_stats, no_stats, training, op);
     }
 }

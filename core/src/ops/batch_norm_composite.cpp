@@ -20,7 +20,7 @@ namespace xgrad
                                                      const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("batch_norm_grad_composite");
-        const detail::bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
                                                           batch_norm_grad_version::v3, "batch_norm_grad_composite");
         const shape_type ch = L.channel_shape();
         const axes_type axes = L.reduce_axes();
@@ -50,7 +50,7 @@ namespace xgrad
     {
         XGRAD_PROFILE_OP("batch_norm_grad_grad_composite");
         const char* op = "batch_norm_grad_grad_composite";
-        const detail::bn_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
+        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
                                                           batch_norm_grad_version::v3, op);
         detail::check_bn_same(L, x, {{"A", A}}, {{"a", a}, {"b", b}}, op);
         const shape_type ch = L.channel_shape();

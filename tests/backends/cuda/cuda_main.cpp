@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "xgrad/cuda.hpp"
 #include "xgrad/dtype.hpp"
 
 int main(int argc, char** argv)

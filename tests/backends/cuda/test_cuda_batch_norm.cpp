@@ -44,6 +44,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "core/src/dispatch.hpp"
+#include "xgrad/cuda.hpp"
 #include "xgrad/ops/batch_norm.hpp"
 
 using namespace cuda_test;

@@ -17,7 +17,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "core/src/dispatch.hpp"
-#include "xgrad/layers/module.hpp"
+#include "xgrad/nn/module.hpp"
 #include "xgrad/optim/optimizer.hpp"
 
 using namespace cuda_test;

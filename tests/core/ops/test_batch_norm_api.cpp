@@ -166,3 +166,33 @@ TEST_CASE("the gradient op agrees with autograd through the forward, and differe
             CHECK(s[i] == doctest::Approx(sr[i]).epsilon(1e-5));
     }
 }
+
+TEST_CASE("batch_norm_moments: the training forward's statistics, bit for bit, in either layout")
+{
+    for (const char* format : {"NHWC", "NCHW"})
+    {
+        INFO(format);
+        const bool cl = std::string(format) == "NHWC";
+        const bn_inputs in = make_inputs(cl ? shape_type{2, 3, 4, 5} : shape_type{2, 5, 3, 4}, 5, 17);
+        const tensor none = zeros({0});
+        const batch_norm_attrs at = make_attrs(format, true);
+        const batch_norm_forward_result f = fused_batch_norm(in.x, in.scale, in.offset, none, none, at);
+        const batch_norm_moments_result m = batch_norm_moments(in.x, at);
+        check_same_bits(m.mean, f.reserve_space_1, "mean");
+        check_same_bits(m.variance, f.reserve_space_2, "variance");
+        CHECK_FALSE(m.mean.requires_grad());
+        // The layout and the checks an op built on the batch norm reuses, naming that op.
+        const batch_norm_layout L = check_batch_norm_forward(in.x, in.scale, in.offset, at, "my_op");
+        CHECK(L.C == 5);
+        CHECK(L.count() == 24);
+        CHECK(L.channels_last == cl);
+        CHECK(L.channel_shape() == (cl ? shape_type{1, 1, 1, 5} : shape_type{1, 5, 1, 1}));
+    }
+    const bn_inputs in = make_inputs({2, 3, 4, 5}, 5, 18);
+    CHECK_THROWS_WITH_AS(check_batch_norm_forward(in.x, in.scale.slice(0, 0, 4), in.offset, {}, "my_op"),
+                         doctest::Contains("my_op: "), xgrad::invalid_argument);
+    CHECK_THROWS_WITH_AS(batch_norm_moments(in.x.reshape({6, 4, 5})), doctest::Contains("batch_norm_moments: "),
+                         xgrad::invalid_argument);
+    CHECK(batch_norm_stats_dtype(dtype::bfloat16) == dtype::float32);
+    CHECK(batch_norm_stats_dtype(dtype::float64) == dtype::float64);
+}

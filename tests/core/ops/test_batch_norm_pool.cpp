@@ -297,14 +297,21 @@ TEST_CASE("sequential fuses batch_norm2d + relu + max_pool2d: the three children
         const auto bn1 = seq.add("bn1", bn());
         seq.add("relu1", std::make_shared<nn::relu>());
         seq.add("pool1", std::make_shared<nn::max_pool2d>(2, format));
+        CHECK(seq.fused_groups().empty());
+        CHECK(seq(randn(cl ? shape_type{2, 4, 6, 3} : shape_type{2, 3, 4, 6}, gen, dtype::float64)).grad_fn()->name() ==
+              "max_pool2d"); // not fused before the pass
+        REQUIRE(nn::fuse(seq) == 1);
+        REQUIRE(seq.fused_groups().size() == 1);
+        CHECK(seq.fused_groups()[0].first == 0);
+        CHECK(seq.fused_groups()[0].count == 3);
         {
             no_grad guard;
             bn1->set_parameter("weight", randn({3}, gen, dtype::float64) * 0.5 + 1.0);
             bn1->set_parameter("bias", randn({3}, gen, dtype::float64));
         }
         // The same children called one by one, with the batch norm + ReLU fusion that
-        // sequential applied before (a separate relu child agrees to rounding, which the
-        // relu fusion's own tests bound).
+        // pass gives a batch norm followed by a relu alone (a separate relu child agrees to
+        // rounding, which the relu fusion's own tests bound).
         const auto plain = bn();
         plain->load_state_dict(bn1->state_dict());
         nn::max_pool2d pool(2, format);
@@ -338,6 +345,8 @@ TEST_CASE("sequential fuses batch_norm2d + relu + max_pool2d: the three children
         other.add("bn", bn());
         other.add("relu", std::make_shared<nn::relu>());
         other.add("pool", std::make_shared<nn::max_pool2d>(2, cl ? "NCHW" : "NHWC"));
+        CHECK(nn::fuse(other) == 1); // batch norm + relu only
+        CHECK(other.fused_groups()[0].count == 2);
         CHECK(
             other(randn(cl ? shape_type{2, 4, 4, 3} : shape_type{2, 3, 4, 4}, gen, dtype::float64)).grad_fn()->name() ==
             "max_pool2d");

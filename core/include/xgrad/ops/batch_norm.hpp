@@ -29,6 +29,7 @@
 
 #include "xgrad/errors.hpp"
 #include "xgrad/ops/pool.hpp"
+#include "xgrad/ops/reduce.hpp"
 #include "xgrad/tensor.hpp"
 
 namespace xgrad
@@ -128,6 +129,42 @@ namespace xgrad
                                                  const tensor& reserve_space_1, const tensor& reserve_space_2,
                                                  const batch_norm_grad_sums& sums, std::int64_t count,
                                                  const batch_norm_attrs& attrs = {});
+
+    // --- for ops built on the batch norm (a data-parallel one) --------------------------------
+    /// x as the batch-norm kernels see it: [outer, C, inner] (channels-last: inner = 1;
+    /// channels-first: outer = N).
+    struct batch_norm_layout
+    {
+        bool channels_last = true;
+        std::int64_t rank = 4;
+        std::int64_t channel_dim = 3;
+        std::int64_t outer = 0, C = 0, inner = 0;
+        std::int64_t count() const noexcept { return outer * inner; } // R, elements per channel
+        /// The shape a per-channel [C] tensor is reshaped to so that it broadcasts against x.
+        shape_type channel_shape() const;
+        /// Every axis but the channel axis.
+        axes_type reduce_axes() const;
+    };
+
+    /// The dtype of the per-channel tensors for x of dtype xdt: float64 for float64, float32
+    /// otherwise.
+    dtype batch_norm_stats_dtype(dtype xdt) noexcept;
+
+    /// The checks fused_batch_norm makes of x, scale, offset and attrs in training mode without
+    /// running statistics (is_training and exponential_avg_factor are not read), with `op`, the
+    /// name of the caller, at the start of the messages; returns x's layout.
+    batch_norm_layout check_batch_norm_forward(const tensor& x, const tensor& scale, const tensor& offset,
+                                               const batch_norm_attrs& attrs, const char* op);
+
+    /// Per channel, the mean and the biased variance of x ([C], the statistics dtype): the
+    /// statistics the training forward normalises with, by the same two-pass kernel (the mean,
+    /// then the squared deviations from it). Not recorded (no gradient). x: rank 4 or 5 in
+    /// attrs.data_format, as for fused_batch_norm; an x with no elements per channel gives NaN.
+    struct batch_norm_moments_result
+    {
+        tensor mean, variance;
+    };
+    batch_norm_moments_result batch_norm_moments(const tensor& x, const batch_norm_attrs& attrs = {});
 
     // --- second order ------------------------------------------------------------------------
     struct batch_norm_grad_grad_result

@@ -1,0 +1,3 @@
+#pragma once
+// Kept so that existing includes compile: the layers live in xgrad/nn/ (namespace xgrad::nn).
+#include "xgrad/nn/sequential.hpp"

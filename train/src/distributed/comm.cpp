@@ -1,0 +1,530 @@
+// xgrad::distributed's processes and collectives (see xgrad/distributed/comm.hpp).
+//
+// With XGRAD_WITH_MPI every group is an MPI communicator; without it (and before init()) the
+// world is this process alone, where every collective is the identity (or, for mean, a division
+// by one). Both paths share the argument checks, so a program that is wrong for K ranks is
+// refused with the same message when it runs alone.
+#include "xgrad/distributed/comm.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifdef XGRAD_WITH_MPI
+#include <mpi.h>
+#endif
+
+#include "xgrad/autograd.hpp"
+#include "xgrad/checked.hpp"
+#include "xgrad/errors.hpp"
+#include "xgrad/factories.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/storage.hpp"
+
+namespace xgrad::distributed
+{
+    struct process_group::impl
+    {
+#ifdef XGRAD_WITH_MPI
+        MPI_Comm m_comm = MPI_COMM_SELF;
+#endif
+        int m_rank = 0;
+        int m_size = 1;
+    };
+
+    namespace
+    {
+        /// MPI counts are int: larger tensors go in pieces of at most 2^30 elements (or bytes).
+        constexpr std::int64_t max_piece = std::int64_t{1} << 30;
+
+        bool mpi_initialized()
+        {
+#ifdef XGRAD_WITH_MPI
+            int init = 0, fin = 0;
+            MPI_Initialized(&init);
+            MPI_Finalized(&fin);
+            return init && !fin;
+#else
+            return false;
+#endif
+        }
+
+        const std::shared_ptr<const process_group::impl>& self_impl()
+        {
+            static const auto p = std::make_shared<const process_group::impl>();
+            return p;
+        }
+
+        std::string describe(const tensor& t)
+        {
+            return shape_to_string(t.shape()) + " " + std::string(name(t.dtype()));
+        }
+
+        [[noreturn]] void fail(const char* what, const std::string& message)
+        {
+            throw xgrad::invalid_argument(std::string("distributed::") + what + ": " + message);
+        }
+
+        /// The local checks every collective makes (before any communication, so every rank that
+        /// is wrong says so; the cross-rank check follows).
+        void check_tensor(const tensor& t, const char* what, reduce_op op, bool any_dtype)
+        {
+            if (!t.defined())
+                fail(what, "the tensor is undefined");
+            if (!any_dtype)
+            {
+                const dtype dt = t.dtype();
+                const bool floating = dt == dtype::float32 || dt == dtype::float64;
+                if (!floating && dt != dtype::int64)
+                    fail(what, "a tensor of " + describe(t) + " cannot be reduced (float32, float64 or int64)");
+                if (op == reduce_op::mean && !floating)
+                    fail(what, "reduce_op::mean needs a float32 or float64 tensor, got " + describe(t));
+            }
+            if (!t.is_contiguous())
+                fail(what, "the tensor " + describe(t) +
+                               " is not contiguous (collectives write into its storage in place; pass t.contiguous() "
+                               "and use that)");
+        }
+
+#ifdef XGRAD_WITH_MPI
+        MPI_Comm comm_of(const process_group& g) { return g.handle() ? g.handle()->m_comm : MPI_COMM_SELF; }
+
+        void check_mpi(int rc, const char* what)
+        {
+            if (rc == MPI_SUCCESS)
+                return;
+            char text[MPI_MAX_ERROR_STRING] = {};
+            int len = 0;
+            MPI_Error_string(rc, text, &len);
+            throw std::runtime_error(std::string("distributed::") + what + ": MPI error: " + std::string(text, len));
+        }
+
+        MPI_Datatype mpi_type(dtype dt)
+        {
+            switch (dt)
+            {
+            case dtype::float32: return MPI_FLOAT;
+            case dtype::float64: return MPI_DOUBLE;
+            case dtype::int64: return MPI_INT64_T;
+            default: return MPI_BYTE; // any dtype as bytes (all_gather, broadcast)
+            }
+        }
+
+        MPI_Op mpi_op(reduce_op op)
+        {
+            switch (op)
+            {
+            case reduce_op::max: return MPI_MAX;
+            case reduce_op::min: return MPI_MIN;
+            default: return MPI_SUM; // sum, and mean before its division
+            }
+        }
+
+        /// Checks that every rank passes a tensor of the same shape and dtype (and, for
+        /// broadcast, the same root): one all-reduce of the values and their negations under
+        /// MPI_MAX gives each value's maximum and minimum over the ranks, which are equal only
+        /// when every rank agrees. Every rank then throws the same error, or none does.
+        void check_agreement(const tensor& t, const char* what, const process_group& g, std::int64_t extra = 0)
+        {
+            std::vector<std::int64_t> v;
+            v.push_back(static_cast<std::int64_t>(t.dim()));
+            v.push_back(static_cast<std::int64_t>(t.dtype()));
+            v.push_back(extra);
+            // Ranks beyond 8 are folded into the element count: shapes of different rank already
+            // differ in v[0].
+            for (std::int64_t d = 0; d < 8; ++d)
+                v.push_back(d < t.dim() ? t.size(d) : -1);
+            v.push_back(t.numel());
+            const std::size_t n = v.size();
+            std::vector<std::int64_t> both(2 * n);
+            for (std::size_t i = 0; i < n; ++i)
+            {
+                both[i] = v[i];
+                both[n + i] = -v[i];
+            }
+            check_mpi(MPI_Allreduce(MPI_IN_PLACE, both.data(), static_cast<int>(both.size()), MPI_INT64_T, MPI_MAX,
+                                    comm_of(g)),
+                      what);
+            for (std::size_t i = 0; i < n; ++i)
+                if (both[i] != -both[n + i])
+                    fail(what, "the ranks disagree on the tensor (this rank has " + describe(t) +
+                                   (extra != 0 || i == 2 ? ", root " + std::to_string(extra) : std::string()) +
+                                   "): every rank must pass the same shape and dtype" +
+                                   (i == 2 ? " and the same root" : ""));
+        }
+
+        /// Runs fn(host pointer) on t's data, through a host copy for a device tensor, writing
+        /// the result back when `write`.
+        template <class F>
+        void on_host(const tensor& t, bool write, F&& fn)
+        {
+            if (t.device().type == device_type::cpu)
+            {
+                fn(t.data_ptr());
+                return;
+            }
+            // A host copy (to() across devices always makes new storage), then back to the
+            // device and into t's own storage, which copy_into writes within one device.
+            tensor host = t.detach().to(cpu_device).contiguous();
+            fn(host.data_ptr());
+            if (write)
+                copy_(t.detach(), host.to(t.device()));
+        }
+#endif
+    }
+
+    bool mpi_available() noexcept
+    {
+#ifdef XGRAD_WITH_MPI
+        return true;
+#else
+        return false;
+#endif
+    }
+
+    bool launched_by_mpi() noexcept
+    {
+        for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+            if (std::getenv(name) != nullptr)
+                return true;
+        return false;
+    }
+
+    void init(int* argc, char*** argv)
+    {
+#ifdef XGRAD_WITH_MPI
+        int initialized = 0, finalized = 0;
+        MPI_Initialized(&initialized);
+        MPI_Finalized(&finalized);
+        if (finalized)
+            throw std::runtime_error("distributed::init: MPI has already been finalised in this process");
+        if (initialized)
+            return;
+        int provided = 0;
+        const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS)
+            throw std::runtime_error("distributed::init: MPI_Init_thread failed");
+        // Errors are returned, not fatal, so that they become exceptions with a message.
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        if (provided < MPI_THREAD_FUNNELED)
+        {
+            MPI_Finalize();
+            throw std::runtime_error("distributed::init: the MPI library does not support MPI_THREAD_FUNNELED");
+        }
+#else
+        (void)argc;
+        (void)argv;
+#endif
+    }
+
+    void finalize()
+    {
+#ifdef XGRAD_WITH_MPI
+        if (!mpi_initialized())
+            return;
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+#endif
+    }
+
+    bool is_initialized() noexcept { return mpi_initialized(); }
+
+    void abort(const std::string& message, int code) noexcept
+    {
+        int r = 0, k = 1;
+#ifdef XGRAD_WITH_MPI
+        if (mpi_initialized())
+        {
+            MPI_Comm_rank(MPI_COMM_WORLD, &r);
+            MPI_Comm_size(MPI_COMM_WORLD, &k);
+        }
+#endif
+        std::fprintf(stderr, "xgrad: rank %d of %d: %s\n", r, k, message.c_str());
+        std::fflush(stderr);
+#ifdef XGRAD_WITH_MPI
+        if (mpi_initialized())
+            MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+        std::exit(code);
+    }
+
+    environment::environment(int* argc, char*** argv) : m_uncaught(std::uncaught_exceptions()) { init(argc, argv); }
+
+    environment::~environment()
+    {
+        if (std::uncaught_exceptions() > m_uncaught && world_size() > 1)
+            // Finalising would wait in its barrier for ranks that may be waiting for this one
+            // in a collective: the job could only hang.
+            abort("stopping the job: an exception is propagating out of the distributed environment's scope");
+        try
+        {
+            finalize();
+        }
+        catch (...)
+        {
+        }
+    }
+
+    // --- groups ---------------------------------------------------------------------------------
+    process_group process_group::world()
+    {
+#ifdef XGRAD_WITH_MPI
+        if (mpi_initialized())
+        {
+            // A duplicate of MPI_COMM_WORLD, made once: xgrad's messages never match a program's
+            // own MPI traffic on the world communicator.
+            static const std::shared_ptr<const impl> world = [] {
+                auto p = std::make_shared<impl>();
+                check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p->m_comm), "process_group::world");
+                MPI_Comm_set_errhandler(p->m_comm, MPI_ERRORS_RETURN);
+                MPI_Comm_rank(p->m_comm, &p->m_rank);
+                MPI_Comm_size(p->m_comm, &p->m_size);
+                return std::shared_ptr<const impl>(std::move(p));
+            }();
+            return process_group(world);
+        }
+#endif
+        return process_group(self_impl());
+    }
+
+    process_group process_group::self() { return process_group(self_impl()); }
+
+    int process_group::rank() const noexcept { return m_impl ? m_impl->m_rank : 0; }
+    int process_group::size() const noexcept { return m_impl ? m_impl->m_size : 1; }
+
+    int rank() { return process_group::world().rank(); }
+    int world_size() { return process_group::world().size(); }
+
+    // --- collectives ----------------------------------------------------------------------------
+    namespace
+    {
+        /// mean: the sum divided by the group size, in the tensor's own dtype.
+        void divide_by(const tensor& t, int size)
+        {
+            if (size == 1 || t.numel() == 0)
+                return;
+            copy_(t.detach(), div(t.detach(), full({}, static_cast<double>(size), t.dtype(), t.device())));
+        }
+    }
+
+    void all_reduce(const tensor& t, reduce_op op, const process_group& group)
+    {
+        check_tensor(t, "all_reduce", op, false);
+#ifdef XGRAD_WITH_MPI
+        if (group.size() > 1)
+        {
+            check_agreement(t, "all_reduce", group);
+            const std::int64_t n = t.numel();
+            if (n > 0)
+                on_host(t, true, [&](void* data) {
+                    const std::size_t esize = itemsize(t.dtype());
+                    for (std::int64_t at = 0; at < n; at += max_piece)
+                    {
+                        const std::int64_t count = std::min(max_piece, n - at);
+                        check_mpi(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + at * esize,
+                                                static_cast<int>(count), mpi_type(t.dtype()), mpi_op(op),
+                                                comm_of(group)),
+                                  "all_reduce");
+                    }
+                });
+            if (op == reduce_op::mean)
+                divide_by(t, group.size());
+        }
+#else
+        (void)group;
+#endif
+    }
+
+    void broadcast(const tensor& t, int root, const process_group& group)
+    {
+        check_tensor(t, "broadcast", reduce_op::sum, true);
+        if (root < 0 || root >= group.size())
+            fail("broadcast", "root " + std::to_string(root) + " is not a rank of a group of " +
+                                  std::to_string(group.size()) + " (expected 0 <= root < size)");
+#ifdef XGRAD_WITH_MPI
+        if (group.size() > 1)
+        {
+            check_agreement(t, "broadcast", group, root);
+            const auto bytes =
+                static_cast<std::int64_t>(checked_bytes(t.numel(), itemsize(t.dtype()), "distributed::broadcast"));
+            if (bytes > 0)
+                on_host(t, true, [&](void* data) {
+                    for (std::int64_t at = 0; at < bytes; at += max_piece)
+                        check_mpi(MPI_Bcast(static_cast<char*>(data) + at,
+                                            static_cast<int>(std::min(max_piece, bytes - at)), MPI_BYTE, root,
+                                            comm_of(group)),
+                                  "broadcast");
+                });
+        }
+#endif
+    }
+
+    std::vector<tensor> all_gather(const tensor& t, const process_group& group)
+    {
+        check_tensor(t, "all_gather", reduce_op::sum, true);
+        std::vector<tensor> out;
+#ifdef XGRAD_WITH_MPI
+        if (group.size() > 1)
+        {
+            check_agreement(t, "all_gather", group);
+            const int k = group.size();
+            const auto bytes =
+                static_cast<std::int64_t>(checked_bytes(t.numel(), itemsize(t.dtype()), "distributed::all_gather"));
+            const std::int64_t total = checked_mul(bytes, k, "distributed::all_gather");
+            if (bytes > max_piece)
+                fail("all_gather", "a tensor of " + describe(t) + " is larger than the 1 GiB one all_gather sends");
+            std::vector<char> gathered(static_cast<std::size_t>(total));
+            if (bytes > 0)
+                on_host(t, false, [&](void* data) {
+                    check_mpi(MPI_Allgather(data, static_cast<int>(bytes), MPI_BYTE, gathered.data(),
+                                            static_cast<int>(bytes), MPI_BYTE, comm_of(group)),
+                              "all_gather");
+                });
+            for (int r = 0; r < k; ++r)
+                out.push_back(from_host(gathered.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(bytes),
+                                        t.shape(), t.dtype(), t.device()));
+            return out;
+        }
+#endif
+        (void)group;
+        out.push_back(clone(t.detach()));
+        return out;
+    }
+
+    void barrier(const process_group& group)
+    {
+#ifdef XGRAD_WITH_MPI
+        if (group.size() > 1)
+            check_mpi(MPI_Barrier(comm_of(group)), "barrier");
+#else
+        (void)group;
+#endif
+    }
+
+    // --- non-blocking all-reduce -------------------------------------------------------------------
+    struct pending_all_reduce::state
+    {
+        tensor m_tensor;
+        reduce_op m_op = reduce_op::sum;
+        int m_size = 1;
+        bool m_done = false;
+#ifdef XGRAD_WITH_MPI
+        MPI_Request m_request = MPI_REQUEST_NULL;
+#endif
+        void finish()
+        {
+            m_done = true;
+            if (m_op == reduce_op::mean)
+                divide_by(m_tensor, m_size);
+        }
+    };
+
+    // Defined here, where state is complete (a default in the header would need its destructor).
+    pending_all_reduce::pending_all_reduce() noexcept = default;
+    pending_all_reduce::pending_all_reduce(std::unique_ptr<state> s) noexcept : m_state(std::move(s)) {}
+    pending_all_reduce::pending_all_reduce(pending_all_reduce&&) noexcept = default;
+    pending_all_reduce& pending_all_reduce::operator=(pending_all_reduce&& other) noexcept
+    {
+        if (this != &other)
+        {
+            try
+            {
+                wait();
+            }
+            catch (...)
+            {
+            }
+            m_state = std::move(other.m_state);
+        }
+        return *this;
+    }
+    pending_all_reduce::~pending_all_reduce()
+    {
+        try
+        {
+            wait();
+        }
+        catch (...)
+        {
+        }
+    }
+
+    bool pending_all_reduce::test()
+    {
+        if (!m_state || m_state->m_done)
+            return true;
+#ifdef XGRAD_WITH_MPI
+        int flag = 0;
+        check_mpi(MPI_Test(&m_state->m_request, &flag, MPI_STATUS_IGNORE), "all_reduce_async");
+        if (!flag)
+            return false;
+#endif
+        m_state->finish();
+        return true;
+    }
+
+    void pending_all_reduce::wait()
+    {
+        if (!m_state || m_state->m_done)
+            return;
+#ifdef XGRAD_WITH_MPI
+        check_mpi(MPI_Wait(&m_state->m_request, MPI_STATUS_IGNORE), "all_reduce_async");
+#endif
+        m_state->finish();
+    }
+
+    pending_all_reduce all_reduce_async(const tensor& t, reduce_op op, const process_group& group)
+    {
+        check_tensor(t, "all_reduce_async", op, false);
+        if (op != reduce_op::sum && op != reduce_op::mean)
+            fail("all_reduce_async", "only reduce_op::sum and reduce_op::mean are asynchronous");
+        if (t.device().type != device_type::cpu)
+            fail("all_reduce_async",
+                 "the tensor " + describe(t) + " must be on the CPU (stage device tensors through one)");
+        if (t.numel() > max_piece)
+            fail("all_reduce_async",
+                 "a tensor of " + describe(t) + " is larger than the 2^30 elements one request sends");
+        auto s = std::make_unique<pending_all_reduce::state>();
+        s->m_tensor = t.detach();
+        s->m_op = op;
+        s->m_size = group.size();
+#ifdef XGRAD_WITH_MPI
+        if (group.size() > 1 && t.numel() > 0)
+            check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
+                                     mpi_op(op), comm_of(group), &s->m_request),
+                      "all_reduce_async");
+#endif
+        return pending_all_reduce(std::move(s));
+    }
+
+    // --- the differentiable all-reduce ------------------------------------------------------------
+    namespace functional
+    {
+        tensor all_reduce(const tensor& x, reduce_op op, const process_group& group)
+        {
+            if (!x.defined())
+                fail("functional::all_reduce", "the tensor is undefined");
+            if (op != reduce_op::sum && op != reduce_op::mean)
+                fail("functional::all_reduce", "only reduce_op::sum and reduce_op::mean are differentiable");
+            if (x.dtype() != dtype::float32 && x.dtype() != dtype::float64)
+                fail("functional::all_reduce", "a tensor of " + describe(x) + " (float32 or float64)");
+            // A fresh copy: the reduction writes in place, and x's storage is x's.
+            const tensor out = clone(x.detach());
+            distributed::all_reduce(out, op, group);
+            // d/dx_r of y_s = Σ_t x_t is the identity for every s: the gradient reaching x_r is
+            // the sum over ranks of the cotangents of y_s, which is this same all-reduce of the
+            // incoming gradient (mean: the mean of them). Written with this op, so it is recorded
+            // under create_graph and higher orders follow.
+            record("distributed_all_reduce", {x}, {out}, [op, group](function_node&, const std::vector<tensor>& g) {
+                return std::vector<tensor>{functional::all_reduce(g.at(0), op, group)};
+            });
+            return out;
+        }
+    }
+}
