@@ -34,7 +34,7 @@
 // at::set_num_threads for ATen.
 //
 // grad_grad_<layout>_f32_<shape>_t2/{fused,composite}: xgrad::fused_batch_norm_grad_grad
-// against xgrad::batch_norm_grad_grad_composite at op level (allocations included), training
+// against its composite formula (xgrad::detail::batch_norm_grad_grad_composite) at op level (allocations included), training
 // mode, under no_grad, 2 threads.
 //
 // This program's own flags: --simd=<scalar|sse2|avx2_fma|avx512> caps xgrad's SIMD level for
@@ -58,6 +58,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/simd/level.hpp"
 #include "bench/bn_bench.hpp"
+#include "core/src/ops/batch_norm_internal.hpp"
 #include "xgrad/thread_pool.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -154,8 +155,8 @@ namespace
     // --- second order: fused op against the composite -------------------------------------
     struct grad_grad_inputs
     {
-        tensor A[2], y_backprop[2], x[2]; // two sets, alternated (each tensor is larger than the LLC
-                                          // for the default shape; the op allocates its outputs)
+        tensor A[2], dy[2], x[2]; // two sets, alternated (each tensor is larger than the LLC
+                                  // for the default shape; the op allocates its outputs)
         tensor a, b, scale, mean, var;
         batch_norm_attrs attrs;
     };
@@ -170,7 +171,7 @@ namespace
         for (int k = 0; k < 2; ++k)
         {
             in->A[k] = randn(xs, gen);
-            in->y_backprop[k] = randn(xs, gen);
+            in->dy[k] = randn(xs, gen);
             in->x[k] = randn(xs, gen);
         }
         in->a = randn({s.c}, gen);
@@ -178,10 +179,10 @@ namespace
         in->scale = rand({s.c}, gen, dtype::float32, cpu_device, 0.5, 1.5);
         const tensor offset = zeros({s.c});
         const tensor unused = zeros({0}); // running statistics: not read in training mode
-        // the batch statistics of x[0] (the reserve spaces of the forward); used for both sets
+        // the batch statistics of x[0] (the saved statistics of the forward); used for both sets
         const batch_norm_forward_result f = fused_batch_norm(in->x[0], in->scale, offset, unused, unused, in->attrs);
-        in->mean = f.reserve_space_1;
-        in->var = f.reserve_space_2;
+        in->mean = f.saved_mean;
+        in->var = f.saved_var;
         return in;
     }
 
@@ -203,10 +204,10 @@ namespace
         int k = 0;
         for (auto _ : state)
         {
-            const auto r = fused ? fused_batch_norm_grad_grad(in->A[k], in->a, in->b, in->y_backprop[k], in->x[k],
-                                                              in->scale, in->mean, in->var, in->attrs)
-                                 : batch_norm_grad_grad_composite(in->A[k], in->a, in->b, in->y_backprop[k], in->x[k],
-                                                                  in->scale, in->mean, in->var, in->attrs);
+            const auto r = fused ? fused_batch_norm_grad_grad(in->A[k], in->a, in->b, in->dy[k], in->x[k], in->scale,
+                                                              in->mean, in->var, in->attrs)
+                                 : detail::batch_norm_grad_grad_composite(in->A[k], in->a, in->b, in->dy[k], in->x[k],
+                                                                          in->scale, in->mean, in->var, in->attrs);
             benchmark::DoNotOptimize(r.d_x.data_ptr());
             k ^= 1;
         }

@@ -9,7 +9,7 @@
 //   cudnn   cudnnBatchNormalizationBackward (training mode only: cuDNN has no inference-mode
 //           backward), the faster of its SPATIAL and SPATIAL_PERSISTENT modes,
 //   copy    cudaMemcpyAsync device to device of one x-sized tensor.
-// GB/s count the bytes of x and y_backprop read and x_backprop written (3 tensors) for the
+// GB/s count the bytes of x and dy read and dx written (3 tensors) for the
 // gradients, and 2 tensors (read + write) for the copy. Medians over the repetitions.
 // One line per case:
 //   case=grad_<train|infer>_<nhwc|nchw>_<f32|bf16>_<N>x<C>x<H>x<W> xgrad_gbps=<x> copy_gbps=<c>

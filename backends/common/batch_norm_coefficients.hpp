@@ -81,7 +81,7 @@ namespace xgrad::kernels
     };
 
     /// The coefficients of one channel from its scale gamma, mean, var, eps, the sums (read only
-    /// in training), the cotangents a (of scale_backprop) and b (of offset_backprop), and R, the
+    /// in training), the cotangents a (of dscale) and b (of doffset), and R, the
     /// elements per channel (R > 0 in training).
     XGRAD_HOST_DEVICE inline bn_grad_grad_coefficients
     bn_grad_grad_coefficients_of(double gamma, double mean, double var, double eps, const bn_grad_grad_sums& sums,

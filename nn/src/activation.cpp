@@ -1,9 +1,10 @@
 // nn::relu, nn::flatten and nn::dropout: each a forward composed from ops.
+#include "xgrad/nn/activation.hpp"
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "xgrad/nn/activation.hpp"
 #include "layer_checks.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"

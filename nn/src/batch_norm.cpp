@@ -250,8 +250,8 @@ namespace xgrad::nn
         if (update && values_per_channel > 0)
         {
             no_grad guard;
-            set_buffer("running_mean", r.batch_mean);
-            set_buffer("running_var", r.batch_variance);
+            set_buffer("running_mean", r.running_mean);
+            set_buffer("running_var", r.running_var);
             set_buffer("num_batches_tracked",
                        full({}, static_cast<double>(batches), xgrad::dtype::int64, m_options.device));
         }

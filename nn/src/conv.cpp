@@ -1,9 +1,10 @@
 // nn::conv2d: checks its options once, registers its parameters, and calls xgrad::conv2d.
+#include "xgrad/nn/conv.hpp"
+
 #include <sstream>
 #include <string>
 #include <utility>
 
-#include "xgrad/nn/conv.hpp"
 #include "layer_checks.hpp"
 #include "xgrad/nn/init.hpp"
 #include "xgrad/ops/conv.hpp"

@@ -36,8 +36,7 @@ namespace xgrad::nn::detail
         const std::int64_t c = x.size(format == "NCHW" ? 1 : 3);
         if (channels > 0 && c != channels)
             throw xgrad::invalid_argument(std::string(m.type_name()) + ": expected " + std::to_string(channels) +
-                                          " input channels (" + format + "), got shape " +
-                                          shape_to_string(x.shape()));
+                                          " input channels (" + format + "), got shape " + shape_to_string(x.shape()));
     }
 
     /// t cast to the layer's compute dtype (differentiable: the gradient is cast back), or t

@@ -1,7 +1,8 @@
 // nn::linear: checks its options once, registers its parameters, and calls one GEMM op.
+#include "xgrad/nn/linear.hpp"
+
 #include <string>
 
-#include "xgrad/nn/linear.hpp"
 #include "layer_checks.hpp"
 #include "xgrad/nn/init.hpp"
 #include "xgrad/ops/elementwise.hpp"

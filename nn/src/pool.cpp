@@ -1,9 +1,10 @@
 // The pooling layers: max, average and adaptive average pooling over the ops of xgrad/ops/pool.hpp.
+#include "xgrad/nn/pool.hpp"
+
 #include <sstream>
 #include <string>
 #include <utility>
 
-#include "xgrad/nn/pool.hpp"
 #include "layer_checks.hpp"
 #include "xgrad/ops/pool.hpp"
 

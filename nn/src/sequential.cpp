@@ -65,9 +65,10 @@ namespace xgrad::nn
         std::size_t index = 0;
         while (index < children.size() && children[index].first != name)
             ++index;
-        m_fused.erase(std::remove_if(m_fused.begin(), m_fused.end(),
-                                     [&](const fused_group& g) { return index >= g.first && index < g.first + g.count; }),
-                      m_fused.end());
+        m_fused.erase(
+            std::remove_if(m_fused.begin(), m_fused.end(),
+                           [&](const fused_group& g) { return index >= g.first && index < g.first + g.count; }),
+            m_fused.end());
     }
 
     std::int64_t count_parameters(const module& m)

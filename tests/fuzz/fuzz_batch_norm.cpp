@@ -103,12 +103,12 @@ namespace
         XGRAD_FUZZ_CHECK(target, out.y.dtype() == x.dtype(), "y dtype");
         if (!r.attrs.is_training || r.channels == 0 || x.numel() == 0)
             return;
-        XGRAD_FUZZ_CHECK(target, out.reserve_space_1.numel() == r.channels, "reserve_space_1 length");
+        XGRAD_FUZZ_CHECK(target, out.saved_mean.numel() == r.channels, "saved_mean length");
         if (x.dtype() != dtype::float32 && x.dtype() != dtype::float64)
             return;
         // The exact per-channel mean's class (NaN, or not) from the values in long double.
         const std::vector<double> xs = to_vector(x);
-        const std::vector<double> mean = to_vector(out.reserve_space_1);
+        const std::vector<double> mean = to_vector(out.saved_mean);
         const std::int64_t c_axis = channels_last(r.attrs.data_format) ? x.dim() - 1 : 1;
         std::int64_t inner = 1;
         for (std::int64_t d = c_axis + 1; d < x.dim(); ++d)
@@ -199,10 +199,22 @@ namespace
         case 3:
         {
             const tensor dy = x_like(in, r);
-            const auto version = op == 2 ? batch_norm_grad_version::v3 : batch_norm_grad_version::v2;
+            // A third statistics tensor (TensorFlow's reserve_space_3, which V3 ignores): drawn
+            // still, so that the inputs after it decode as before; op 3 passes it to V3.
             const tensor rs3 = in.boolean() ? tensor() : per_channel(in, r);
             fuzz::attempt([&] {
-                const auto g = fused_batch_norm_grad(dy, x, scale, mean, variance, rs3, r.attrs, version);
+                if (op == 2)
+                {
+                    const auto g = fused_batch_norm_grad(dy, x, scale, mean, variance, r.attrs);
+                    XGRAD_FUZZ_CHECK(target, g.dx.shape() == x.shape(), "dx shape");
+                    return;
+                }
+                const auto attrs = tf::ops::FusedBatchNormGradV3::Attrs()
+                                       .Epsilon(r.attrs.epsilon)
+                                       .DataFormat(r.attrs.data_format)
+                                       .IsTraining(r.attrs.is_training);
+                const tf::ops::FusedBatchNormGradV3 g(tf::Scope::NewRootScope(), dy, x, scale, mean, variance, rs3,
+                                                      attrs);
                 XGRAD_FUZZ_CHECK(target, g.x_backprop.shape() == x.shape(), "x_backprop shape");
             });
             break;

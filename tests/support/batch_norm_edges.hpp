@@ -62,10 +62,10 @@ namespace batch_norm_edges
         const dtype stats = dt == dtype::float64 ? dtype::float64 : dtype::float32;
         const tensor scale = ones({C}).to(stats).to(dev), offset = zeros({C}).to(stats).to(dev);
         const auto f = fused_batch_norm(x, scale, offset, offset, scale, attrs);
-        for (const tensor& mean_out : {f.reserve_space_1, f.batch_mean})
+        for (const tensor& mean_out : {f.saved_mean, f.running_mean})
         {
             const std::vector<double> mean = to_vector(mean_out);
-            const std::vector<double> var = to_vector(f.reserve_space_2);
+            const std::vector<double> var = to_vector(f.saved_var);
             REQUIRE(mean.size() == static_cast<std::size_t>(C));
             CHECK(mean[1] == inf);
             CHECK(mean[2] == -inf);

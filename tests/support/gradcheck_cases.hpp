@@ -80,9 +80,9 @@ namespace gradcheck_cases
         const batch_norm_attrs at = bn_attrs(format, training);
         const auto f = fused_batch_norm_relu(a[1].detach(), a[2].detach(), on(a, bn_offset), on(a, bn_mean),
                                              on(a, bn_var), at);
-        const auto r = fused_batch_norm_relu_grad(a[0], a[1], f.y, a[2], training ? f.reserve_space_1 : on(a, bn_mean),
-                                                  training ? f.reserve_space_2 : on(a, bn_var), at);
-        return concat({reshape(r.x_backprop, {-1}), r.scale_backprop, r.offset_backprop}, 0);
+        const auto r = fused_batch_norm_relu_grad(a[0], a[1], f.y, a[2], training ? f.saved_mean : on(a, bn_mean),
+                                                  training ? f.saved_var : on(a, bn_var), at);
+        return concat({reshape(r.dx, {-1}), r.dscale, r.doffset}, 0);
     }
 
     /// The batch-norm output before the ReLU of a row's inputs, not recorded: x, scale, offset

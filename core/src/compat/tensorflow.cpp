@@ -1,7 +1,10 @@
 // The TensorFlow compatibility layer (xgrad/compat/tensorflow.hpp): each op class checks that its
 // inputs are on the scope's device, translates its Attrs into xgrad::batch_norm_attrs, and calls
-// the core function under the scope's recording setting. No arithmetic happens here, which is
-// why the outputs are those of the core functions bit for bit.
+// the core function under the scope's recording setting, with TensorFlow's op and argument names
+// for its messages (the core functions take them for this layer: batch_norm_internal.hpp). No
+// arithmetic happens here, which is why the outputs are those of the core functions bit for bit.
+// TensorFlow's empty outputs (reserve_space_3 of the forward, the gradients' last two) are
+// made here: xgrad's own functions have no such outputs.
 #include "xgrad/compat/tensorflow.hpp"
 
 #include <algorithm>
@@ -11,14 +14,19 @@
 #include <system_error>
 #include <utility>
 
+#include "core/src/ops/batch_norm_internal.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/errors.hpp"
+#include "xgrad/factories.hpp"
 #include "xgrad/ops/batch_norm.hpp"
 
 namespace xgrad::compat::tensorflow
 {
     namespace
     {
+        /// One of TensorFlow's empty outputs: [0], the statistics dtype, on x's device.
+        tensor empty_output(const tensor& x) { return zeros({0}, batch_norm_stats_dtype(x.dtype()), x.device()); }
+
         /// Throws xgrad::invalid_argument when `t` is defined and not on the scope's device. The
         /// core functions only check that the inputs agree with one another; a scope fixes the
         /// device in advance, so a whole set of inputs on another device is an error too.
@@ -190,13 +198,13 @@ namespace xgrad::compat::tensorflow
             a.is_training = attrs.is_training_;
             a.exponential_avg_factor = attrs.exponential_avg_factor_;
             grad_mode_guard recording(scope.records_gradients());
-            batch_norm_forward_result r = fused_batch_norm(x, scale, offset, mean, variance, a);
+            batch_norm_forward_result r = xgrad::detail::fused_batch_norm(x, scale, offset, mean, variance, a, op);
             y = std::move(r.y);
-            batch_mean = std::move(r.batch_mean);
-            batch_variance = std::move(r.batch_variance);
-            reserve_space_1 = std::move(r.reserve_space_1);
-            reserve_space_2 = std::move(r.reserve_space_2);
-            reserve_space_3 = std::move(r.reserve_space_3);
+            batch_mean = std::move(r.running_mean);
+            batch_variance = std::move(r.running_var);
+            reserve_space_1 = std::move(r.saved_mean);
+            reserve_space_2 = std::move(r.saved_var);
+            reserve_space_3 = empty_output(x);
         }
 
         // --- FusedBatchNormGradV3 --------------------------------------------------------------
@@ -222,14 +230,15 @@ namespace xgrad::compat::tensorflow
             check_device(scope, reserve_space_2, op, "reserve_space_2");
             check_device(scope, reserve_space_3, op, "reserve_space_3");
             grad_mode_guard recording(scope.records_gradients());
-            batch_norm_grad_result r = fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
-                                                             reserve_space_3, core_attrs(attrs),
-                                                             batch_norm_grad_version::v3);
-            x_backprop = std::move(r.x_backprop);
-            scale_backprop = std::move(r.scale_backprop);
-            offset_backprop = std::move(r.offset_backprop);
-            reserve_space_4 = std::move(r.placeholder_1);
-            reserve_space_5 = std::move(r.placeholder_2);
+            // reserve_space_3 is accepted with any shape and ignored, as TensorFlow's CPU kernel does.
+            batch_norm_grad_result r = xgrad::detail::fused_batch_norm_grad(
+                y_backprop, x, scale, reserve_space_1, reserve_space_2, core_attrs(attrs),
+                xgrad::detail::bn_formats::all, xgrad::detail::tensorflow_grad_names, op);
+            x_backprop = std::move(r.dx);
+            scale_backprop = std::move(r.dscale);
+            offset_backprop = std::move(r.doffset);
+            reserve_space_4 = empty_output(x);
+            reserve_space_5 = empty_output(x);
         }
 
         // --- FusedBatchNormGradV2 --------------------------------------------------------------
@@ -252,14 +261,14 @@ namespace xgrad::compat::tensorflow
             check_device(scope, reserve_space_1, op, "reserve_space_1");
             check_device(scope, reserve_space_2, op, "reserve_space_2");
             grad_mode_guard recording(scope.records_gradients());
-            // V2 has no reserve_space_3 input: the core function takes it undefined.
-            batch_norm_grad_result r = fused_batch_norm_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2,
-                                                             tensor(), core_attrs(attrs), batch_norm_grad_version::v2);
-            x_backprop = std::move(r.x_backprop);
-            scale_backprop = std::move(r.scale_backprop);
-            offset_backprop = std::move(r.offset_backprop);
-            reserve_space_3 = std::move(r.placeholder_1);
-            reserve_space_4 = std::move(r.placeholder_2);
+            batch_norm_grad_result r = xgrad::detail::fused_batch_norm_grad(
+                y_backprop, x, scale, reserve_space_1, reserve_space_2, core_attrs(attrs),
+                xgrad::detail::bn_formats::four_d, xgrad::detail::tensorflow_grad_names, op);
+            x_backprop = std::move(r.dx);
+            scale_backprop = std::move(r.dscale);
+            offset_backprop = std::move(r.doffset);
+            reserve_space_3 = empty_output(x);
+            reserve_space_4 = empty_output(x);
         }
     }
 }

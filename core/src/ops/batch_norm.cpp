@@ -9,7 +9,7 @@
 // The ReLU-fused pair joins that chain one step down:
 //
 //   fused_batch_norm_relu  --backward-->  fused_batch_norm_relu_grad  --backward-->
-//   fused_batch_norm_grad_grad at the masked y_backprop (d/dy_backprop masked again)
+//   fused_batch_norm_grad_grad at the masked dy (d/ddy masked again)
 //
 // and the ReLU + max-pool one beside it, whose backward scatters the masked pooled gradient:
 //
@@ -38,9 +38,6 @@ namespace xgrad
 {
     namespace
     {
-
-        /// The empty [0] placeholder outputs.
-        tensor placeholder(dtype sdt, device dev) { return zeros({0}, sdt, dev); }
 
         /// r = 1/sqrt(var + eps) on a [C] vector (statistics dtype).
         tensor inv_std(const tensor& var, float eps) { return rsqrt(var + static_cast<double>(eps)); }
@@ -79,59 +76,64 @@ namespace xgrad
                 const double f = attrs.exponential_avg_factor;
                 if (R == 0)
                 {
-                    out.batch_mean = full({L.C}, nan, sdt, x.device());
-                    out.batch_variance = full({L.C}, nan, sdt, x.device());
+                    out.running_mean = full({L.C}, nan, sdt, x.device());
+                    out.running_var = full({L.C}, nan, sdt, x.device());
                 }
                 else if (f == 1.0)
                 {
-                    out.batch_mean = detail::copy_of(m);
-                    out.batch_variance = v * k;
+                    out.running_mean = detail::copy_of(m);
+                    out.running_var = v * k;
                 }
                 else
                 {
-                    out.batch_mean = mean * (1.0 - f) + m * f;
-                    out.batch_variance = variance * (1.0 - f) + v * (f * k);
+                    out.running_mean = mean * (1.0 - f) + m * f;
+                    out.running_var = variance * (1.0 - f) + v * (f * k);
                 }
-                out.reserve_space_1 = m;
-                out.reserve_space_2 = v;
+                out.saved_mean = m;
+                out.saved_var = v;
             }
             else if (R == 0)
             {
-                out.batch_mean = full({L.C}, nan, sdt, x.device());
-                out.batch_variance = full({L.C}, nan, sdt, x.device());
-                out.reserve_space_1 = zeros({L.C}, sdt, x.device());
-                out.reserve_space_2 = zeros({L.C}, sdt, x.device());
+                out.running_mean = full({L.C}, nan, sdt, x.device());
+                out.running_var = full({L.C}, nan, sdt, x.device());
+                out.saved_mean = zeros({L.C}, sdt, x.device());
+                out.saved_var = zeros({L.C}, sdt, x.device());
             }
             else
             {
                 const tensor mc = detail::raw_contiguous(mean), vc = detail::raw_contiguous(variance);
                 bn_kernels(x).bn_normalize(out.y.data_ptr(), xc.data_ptr(), sc.data_ptr(), oc.data_ptr(), mc.data_ptr(),
                                            vc.data_ptr(), attrs.epsilon, relu, x.dtype(), L.outer, L.C, L.inner);
-                out.batch_mean = detail::copy_of(mc);
-                out.batch_variance = detail::copy_of(vc);
-                out.reserve_space_1 = detail::copy_of(mc);
-                out.reserve_space_2 = detail::copy_of(vc);
+                out.running_mean = detail::copy_of(mc);
+                out.running_var = detail::copy_of(vc);
+                out.saved_mean = detail::copy_of(mc);
+                out.saved_var = detail::copy_of(vc);
             }
-            out.reserve_space_3 = placeholder(sdt, x.device());
             return out;
         }
+    }
+
+    batch_norm_forward_result detail::fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
+                                                       const tensor& mean, const tensor& variance,
+                                                       const batch_norm_attrs& attrs, const char* op)
+    {
+        XGRAD_PROFILE_OP("fused_batch_norm");
+        const batch_norm_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs, op);
+        batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, false);
+        record(
+            "fused_batch_norm", {x, scale, offset}, {out.y},
+            [x, scale, sm = out.saved_mean, sv = out.saved_var, attrs](function_node&, const std::vector<tensor>& g) {
+                const batch_norm_grad_result r = xgrad::fused_batch_norm_grad(g[0], x, scale, sm, sv, attrs);
+                return std::vector<tensor>{r.dx, r.dscale, r.doffset};
+            });
+        return out;
     }
 
     batch_norm_forward_result fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
                                                const tensor& mean, const tensor& variance,
                                                const batch_norm_attrs& attrs)
     {
-        XGRAD_PROFILE_OP("fused_batch_norm");
-        const batch_norm_layout L = detail::check_bn_forward(x, scale, offset, mean, variance, attrs,
-                                                             "FusedBatchNormV3");
-        batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, false);
-        record("fused_batch_norm", {x, scale, offset}, {out.y},
-               [x, scale, rs1 = out.reserve_space_1, rs2 = out.reserve_space_2, attrs](function_node&,
-                                                                                       const std::vector<tensor>& g) {
-                   const batch_norm_grad_result r = fused_batch_norm_grad(g[0], x, scale, rs1, rs2, {}, attrs);
-                   return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
-               });
-        return out;
+        return detail::fused_batch_norm(x, scale, offset, mean, variance, attrs, "fused_batch_norm");
     }
 
     batch_norm_moments_result batch_norm_moments(const tensor& x, const batch_norm_attrs& attrs)
@@ -156,11 +158,11 @@ namespace xgrad
         batch_norm_forward_result out = run_forward(L, x, scale, offset, mean, variance, attrs, true);
         // The backward needs y for ReLU's mask; saved without the output -> node -> output cycle.
         record("fused_batch_norm_relu", {x, scale, offset}, {out.y},
-               [x, scale, ys = save_output(out.y), rs1 = out.reserve_space_1, rs2 = out.reserve_space_2,
+               [x, scale, ys = save_output(out.y), rs1 = out.saved_mean, rs2 = out.saved_var,
                 attrs](function_node&, const std::vector<tensor>& g) {
                    const batch_norm_grad_result r = fused_batch_norm_relu_grad(g[0], x, ys.m_data, scale, rs1, rs2,
                                                                                attrs);
-                   return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
+                   return std::vector<tensor>{r.dx, r.dscale, r.doffset};
                });
         return out;
     }
@@ -169,167 +171,162 @@ namespace xgrad
     {
         // The two phases of the training-mode gradient on validated arguments, for the public
         // two-phase API below (fused_batch_norm_grad runs both in one kernel call instead).
-        batch_norm_grad_sums grad_reduce(const batch_norm_layout& L, const tensor& y_backprop, const tensor& x,
-                                         const tensor& reserve_space_1)
+        batch_norm_grad_sums grad_reduce(const batch_norm_layout& L, const tensor& dy, const tensor& x,
+                                         const tensor& saved_mean)
         {
             const dtype sdt = batch_norm_stats_dtype(x.dtype());
             batch_norm_grad_sums s{zeros({L.C}, sdt, x.device()), zeros({L.C}, sdt, x.device())};
             if (L.count() > 0)
             {
-                const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
-                             mc = detail::raw_contiguous(reserve_space_1);
+                const tensor dyc = detail::raw_contiguous(dy), xc = detail::raw_contiguous(x),
+                             mc = detail::raw_contiguous(saved_mean);
                 bn_kernels(x).bn_grad_reduce(s.sum_dy.data_ptr(), s.sum_dy_xc.data_ptr(), dyc.data_ptr(), xc.data_ptr(),
                                              mc.data_ptr(), x.dtype(), L.outer, L.C, L.inner);
             }
             return s;
         }
 
-        batch_norm_grad_result grad_apply(const batch_norm_layout& L, const tensor& y_backprop, const tensor& x,
-                                          const tensor& scale, const tensor& reserve_space_1,
-                                          const tensor& reserve_space_2, const batch_norm_grad_sums& sums,
-                                          std::int64_t count, float epsilon)
+        batch_norm_grad_result grad_apply(const batch_norm_layout& L, const tensor& dy, const tensor& x,
+                                          const tensor& scale, const tensor& saved_mean, const tensor& saved_var,
+                                          const batch_norm_grad_sums& sums, std::int64_t count, float epsilon)
         {
-            const dtype sdt = batch_norm_stats_dtype(x.dtype());
             no_grad guard;
             batch_norm_grad_result r;
-            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+            r.dx = detail::empty(x.shape(), x.dtype(), x.device());
             if (L.count() > 0)
             {
-                const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
-                             sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
-                             vc = detail::raw_contiguous(reserve_space_2), s1 = detail::raw_contiguous(sums.sum_dy),
+                const tensor dyc = detail::raw_contiguous(dy), xc = detail::raw_contiguous(x),
+                             sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(saved_mean),
+                             vc = detail::raw_contiguous(saved_var), s1 = detail::raw_contiguous(sums.sum_dy),
                              s2 = detail::raw_contiguous(sums.sum_dy_xc);
                 // The kernel divides the sums by its own R; scaling them by R / count makes it
                 // divide by the global count instead.
                 const double ratio = static_cast<double>(L.count()) / static_cast<double>(count);
                 const tensor s1r = ratio == 1.0 ? s1 : s1 * ratio, s2r = ratio == 1.0 ? s2 : s2 * ratio;
-                bn_kernels(x).bn_grad_apply(r.x_backprop.data_ptr(), dyc.data_ptr(), xc.data_ptr(), sc.data_ptr(),
+                bn_kernels(x).bn_grad_apply(r.dx.data_ptr(), dyc.data_ptr(), xc.data_ptr(), sc.data_ptr(),
                                             mc.data_ptr(), vc.data_ptr(), s1r.data_ptr(), s2r.data_ptr(), epsilon,
                                             x.dtype(), L.outer, L.C, L.inner);
             }
-            r.scale_backprop = sums.sum_dy_xc * inv_std(reserve_space_2, epsilon);
-            r.offset_backprop = detail::copy_of(sums.sum_dy);
-            r.placeholder_1 = placeholder(sdt, x.device());
-            r.placeholder_2 = placeholder(sdt, x.device());
+            r.dscale = sums.sum_dy_xc * inv_std(saved_var, epsilon);
+            r.doffset = detail::copy_of(sums.sum_dy);
             return r;
         }
     }
 
-    batch_norm_grad_sums batch_norm_grad_reduce(const tensor& y_backprop, const tensor& x,
-                                                const tensor& reserve_space_1, const batch_norm_attrs& attrs)
+    batch_norm_grad_sums batch_norm_grad_reduce(const tensor& dy, const tensor& x, const tensor& saved_mean,
+                                                const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("batch_norm_grad_reduce");
-        const batch_norm_layout L = detail::check_bn_grad_args(y_backprop, x, {{"reserve_space_1", reserve_space_1}},
-                                                               attrs, batch_norm_grad_version::v3,
-                                                               "batch_norm_grad_reduce");
-        return grad_reduce(L, y_backprop, x, reserve_space_1);
+        const batch_norm_layout L = detail::check_bn_grad_args(dy, x, {{"saved_mean", saved_mean}}, attrs,
+                                                               detail::bn_formats::all, "batch_norm_grad_reduce");
+        return grad_reduce(L, dy, x, saved_mean);
     }
 
-    batch_norm_grad_result batch_norm_grad_apply(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
+    batch_norm_grad_result batch_norm_grad_apply(const tensor& dy, const tensor& x, const tensor& scale,
+                                                 const tensor& saved_mean, const tensor& saved_var,
                                                  const batch_norm_grad_sums& sums, std::int64_t count,
                                                  const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("batch_norm_grad_apply");
         const char* op = "batch_norm_grad_apply";
-        const batch_norm_layout L = detail::check_bn_grad_args(y_backprop, x,
+        const batch_norm_layout L = detail::check_bn_grad_args(dy, x,
                                                                {{"scale", scale},
-                                                                {"reserve_space_1", reserve_space_1},
-                                                                {"reserve_space_2", reserve_space_2},
+                                                                {"saved_mean", saved_mean},
+                                                                {"saved_var", saved_var},
                                                                 {"sum_dy", sums.sum_dy},
                                                                 {"sum_dy_xc", sums.sum_dy_xc}},
-                                                               attrs, batch_norm_grad_version::v3, op);
+                                                               attrs, detail::bn_formats::all, op);
         if (count < L.count())
             throw xgrad::invalid_argument(std::string(op) + ": count " + std::to_string(count) +
                                           " is smaller than the elements per channel of x (" +
                                           std::to_string(L.count()) + ")");
-        return grad_apply(L, y_backprop, x, scale, reserve_space_1, reserve_space_2, sums, count, attrs.epsilon);
+        return grad_apply(L, dy, x, scale, saved_mean, saved_var, sums, count, attrs.epsilon);
     }
 
     namespace
     {
         /// The gradient on validated arguments: one kernel call that forms the sums and
-        /// x_backprop together (bn_grad_training or bn_grad_inference). y: the output of
+        /// dx together (bn_grad_training or bn_grad_inference). y: the output of
         /// fused_batch_norm_relu, whose mask y > 0 the kernel applies to dy as it loads it, or
         /// undefined.
-        batch_norm_grad_result fused_grad(const batch_norm_layout& L, const tensor& y_backprop, const tensor& x,
-                                          const tensor& y, const tensor& scale, const tensor& reserve_space_1,
-                                          const tensor& reserve_space_2, const batch_norm_attrs& attrs)
+        batch_norm_grad_result fused_grad(const batch_norm_layout& L, const tensor& dy, const tensor& x,
+                                          const tensor& y, const tensor& scale, const tensor& saved_mean,
+                                          const tensor& saved_var, const batch_norm_attrs& attrs)
         {
             const dtype sdt = batch_norm_stats_dtype(x.dtype());
             no_grad guard;
             batch_norm_grad_result r;
-            r.x_backprop = detail::empty(x.shape(), x.dtype(), x.device());
-            r.placeholder_1 = placeholder(sdt, x.device());
-            r.placeholder_2 = placeholder(sdt, x.device());
+            r.dx = detail::empty(x.shape(), x.dtype(), x.device());
             if (L.count() == 0)
             {
-                r.scale_backprop = zeros({L.C}, sdt, x.device());
-                r.offset_backprop = zeros({L.C}, sdt, x.device());
+                r.dscale = zeros({L.C}, sdt, x.device());
+                r.doffset = zeros({L.C}, sdt, x.device());
                 return r;
             }
-            const tensor dyc = detail::raw_contiguous(y_backprop), xc = detail::raw_contiguous(x),
-                         sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(reserve_space_1),
-                         vc = detail::raw_contiguous(reserve_space_2);
+            const tensor dyc = detail::raw_contiguous(dy), xc = detail::raw_contiguous(x),
+                         sc = detail::raw_contiguous(scale), mc = detail::raw_contiguous(saved_mean),
+                         vc = detail::raw_contiguous(saved_var);
             const tensor yc = y.defined() ? detail::raw_contiguous(y) : tensor();
             const tensor sum_dy = detail::empty({L.C}, sdt, x.device()),
                          sum_dy_xc = detail::empty({L.C}, sdt, x.device());
             const auto& k = bn_kernels(x);
             (attrs.is_training ? k.bn_grad_training : k.bn_grad_inference)(
-                r.x_backprop.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(), dyc.data_ptr(), xc.data_ptr(),
+                r.dx.data_ptr(), sum_dy.data_ptr(), sum_dy_xc.data_ptr(), dyc.data_ptr(), xc.data_ptr(),
                 y.defined() ? yc.data_ptr() : nullptr, sc.data_ptr(), mc.data_ptr(), vc.data_ptr(), attrs.epsilon,
                 x.dtype(), L.outer, L.C, L.inner);
-            r.scale_backprop = sum_dy_xc * inv_std(vc, attrs.epsilon);
-            r.offset_backprop = sum_dy;
+            r.dscale = sum_dy_xc * inv_std(vc, attrs.epsilon);
+            r.doffset = sum_dy;
             return r;
         }
     }
 
-    batch_norm_grad_result fused_batch_norm_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
-                                                 const tensor& reserve_space_3, const batch_norm_attrs& attrs,
-                                                 batch_norm_grad_version version)
+    batch_norm_grad_result detail::fused_batch_norm_grad(const tensor& dy, const tensor& x, const tensor& scale,
+                                                         const tensor& saved_mean, const tensor& saved_var,
+                                                         const batch_norm_attrs& attrs, bn_formats formats,
+                                                         const bn_grad_names& names, const char* op)
     {
         XGRAD_PROFILE_OP("fused_batch_norm_grad");
-        (void)reserve_space_3; // accepted with any shape and ignored (contract section 4)
-        const char* op = version == batch_norm_grad_version::v2 ? "FusedBatchNormGradV2" : "FusedBatchNormGradV3";
-        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                          version, op);
-        batch_norm_grad_result r = fused_grad(L, y_backprop, x, tensor(), scale, reserve_space_1, reserve_space_2,
-                                              attrs);
-        record("fused_batch_norm_grad", {y_backprop, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
-               [y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node&,
-                                                                               const std::vector<tensor>& g) {
-                   const batch_norm_grad_grad_result gg = fused_batch_norm_grad_grad(
-                       g[0], g[1], g[2], y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs);
-                   return std::vector<tensor>{gg.d_y_backprop, gg.d_x, gg.d_scale};
+        const batch_norm_layout L = detail::check_bn_grad(dy, x, scale, saved_mean, saved_var, attrs, op, formats,
+                                                          names);
+        batch_norm_grad_result r = fused_grad(L, dy, x, tensor(), scale, saved_mean, saved_var, attrs);
+        record("fused_batch_norm_grad", {dy, x, scale}, {r.dx, r.dscale, r.doffset},
+               [dy, x, scale, saved_mean, saved_var, attrs](function_node&, const std::vector<tensor>& g) {
+                   const batch_norm_grad_grad_result gg = fused_batch_norm_grad_grad(g[0], g[1], g[2], dy, x, scale,
+                                                                                     saved_mean, saved_var, attrs);
+                   return std::vector<tensor>{gg.d_dy, gg.d_x, gg.d_scale};
                });
         return r;
     }
 
-    batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& y_backprop, const tensor& x, const tensor& y,
-                                                      const tensor& scale, const tensor& reserve_space_1,
-                                                      const tensor& reserve_space_2, const batch_norm_attrs& attrs)
+    batch_norm_grad_result fused_batch_norm_grad(const tensor& dy, const tensor& x, const tensor& scale,
+                                                 const tensor& saved_mean, const tensor& saved_var,
+                                                 const batch_norm_attrs& attrs)
+    {
+        return detail::fused_batch_norm_grad(dy, x, scale, saved_mean, saved_var, attrs, detail::bn_formats::all,
+                                             detail::native_grad_names, "fused_batch_norm_grad");
+    }
+
+    batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& dy, const tensor& x, const tensor& y,
+                                                      const tensor& scale, const tensor& saved_mean,
+                                                      const tensor& saved_var, const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("fused_batch_norm_relu_grad");
         const char* op = "fused_batch_norm_relu_grad";
-        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                          batch_norm_grad_version::v3, op);
+        const batch_norm_layout L = detail::check_bn_grad(dy, x, scale, saved_mean, saved_var, attrs, op);
         detail::check_bn_same(L, x, {{"y", y}}, {}, op);
-        batch_norm_grad_result r = fused_grad(L, y_backprop, x, y, scale, reserve_space_1, reserve_space_2, attrs);
+        batch_norm_grad_result r = fused_grad(L, dy, x, y, scale, saved_mean, saved_var, attrs);
         // This op is fused_batch_norm_grad at g = where(y > 0, dy, 0). The mask is piecewise
         // constant in x (zero derivative almost everywhere), so the vector-Jacobian product is
         // fused_batch_norm_grad_grad at that g, with its d/dg masked by the chain rule through
         // the where. Both are recorded ops, so this backward differentiates again.
-        record("fused_batch_norm_relu_grad", {y_backprop, x, scale},
-               {r.x_backprop, r.scale_backprop, r.offset_backprop},
-               [y_backprop, x, yd = y.detach(), scale, reserve_space_1, reserve_space_2,
-                attrs](function_node&, const std::vector<tensor>& g) {
+        record("fused_batch_norm_relu_grad", {dy, x, scale}, {r.dx, r.dscale, r.doffset},
+               [dy, x, yd = y.detach(), scale, saved_mean, saved_var, attrs](function_node&,
+                                                                             const std::vector<tensor>& g) {
                    const tensor zero = scalar_like(yd, 0.0), mask = gt(yd, zero);
-                   const tensor g_masked = where(mask, y_backprop, zero);
-                   const batch_norm_grad_grad_result gg = fused_batch_norm_grad_grad(
-                       g[0], g[1], g[2], g_masked, x, scale, reserve_space_1, reserve_space_2, attrs);
-                   return std::vector<tensor>{where(mask, gg.d_y_backprop, zero), gg.d_x, gg.d_scale};
+                   const tensor g_masked = where(mask, dy, zero);
+                   const batch_norm_grad_grad_result gg =
+                       fused_batch_norm_grad_grad(g[0], g[1], g[2], g_masked, x, scale, saved_mean, saved_var, attrs);
+                   return std::vector<tensor>{where(mask, gg.d_dy, zero), gg.d_x, gg.d_scale};
                });
         return r;
     }
@@ -348,7 +345,7 @@ namespace xgrad
         /// only, so this differentiates again to any order.
         batch_norm_grad_result relu_max_pool_grad(const tensor& g, const tensor& x, const tensor& pooled,
                                                   const detail::max_pool_picks& picks, const tensor& scale,
-                                                  const tensor& reserve_space_1, const tensor& reserve_space_2,
+                                                  const tensor& saved_mean, const tensor& saved_var,
                                                   const batch_norm_attrs& attrs)
         {
             XGRAD_PROFILE_OP("fused_batch_norm_relu_max_pool2d_grad");
@@ -358,17 +355,16 @@ namespace xgrad
                 no_grad guard;
                 dy = detail::max_pool_scatter(g, picks, pooled);
             }
-            const batch_norm_layout L = detail::check_bn_grad(dy, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                              batch_norm_grad_version::v3, op);
-            batch_norm_grad_result r = fused_grad(L, dy, x, tensor(), scale, reserve_space_1, reserve_space_2, attrs);
-            record(op, {g, x, scale}, {r.x_backprop, r.scale_backprop, r.offset_backprop},
-                   [g, x, pd = pooled.detach(), picks, scale, reserve_space_1, reserve_space_2,
+            const batch_norm_layout L = detail::check_bn_grad(dy, x, scale, saved_mean, saved_var, attrs, op);
+            batch_norm_grad_result r = fused_grad(L, dy, x, tensor(), scale, saved_mean, saved_var, attrs);
+            record(op, {g, x, scale}, {r.dx, r.dscale, r.doffset},
+                   [g, x, pd = pooled.detach(), picks, scale, saved_mean, saved_var,
                     attrs](function_node&, const std::vector<tensor>& gg) {
                        const tensor zero = scalar_like(pd, 0.0), mask = gt(pd, zero);
                        const tensor dy_masked = detail::max_pool_scatter(g, picks, pd);
                        const batch_norm_grad_grad_result q = fused_batch_norm_grad_grad(
-                           gg[0], gg[1], gg[2], dy_masked, x, scale, reserve_space_1, reserve_space_2, attrs);
-                       return std::vector<tensor>{where(mask, take(q.d_y_backprop, picks.idx), zero), q.d_x, q.d_scale};
+                           gg[0], gg[1], gg[2], dy_masked, x, scale, saved_mean, saved_var, attrs);
+                       return std::vector<tensor>{where(mask, take(q.d_dy, picks.idx), zero), q.d_x, q.d_scale};
                    });
             return r;
         }
@@ -397,28 +393,27 @@ namespace xgrad
         // without the output -> node -> output cycle), their positions and x.
         out.y = pooled.out;
         record(op, {x, scale, offset}, {out.y},
-               [x, scale, ys = save_output(out.y), picks = std::move(pooled.picks), rs1 = out.reserve_space_1,
-                rs2 = out.reserve_space_2, attrs](function_node&, const std::vector<tensor>& g) {
+               [x, scale, ys = save_output(out.y), picks = std::move(pooled.picks), rs1 = out.saved_mean,
+                rs2 = out.saved_var, attrs](function_node&, const std::vector<tensor>& g) {
                    const batch_norm_grad_result r = relu_max_pool_grad(g[0], x, ys.m_data, picks, scale, rs1, rs2,
                                                                        attrs);
-                   return std::vector<tensor>{r.x_backprop, r.scale_backprop, r.offset_backprop};
+                   return std::vector<tensor>{r.dx, r.dscale, r.doffset};
                });
         return out;
     }
 
     batch_norm_grad_grad_result fused_batch_norm_grad_grad(const tensor& A, const tensor& a, const tensor& b,
-                                                           const tensor& y_backprop, const tensor& x,
-                                                           const tensor& scale, const tensor& reserve_space_1,
-                                                           const tensor& reserve_space_2, const batch_norm_attrs& attrs)
+                                                           const tensor& dy, const tensor& x, const tensor& scale,
+                                                           const tensor& saved_mean, const tensor& saved_var,
+                                                           const batch_norm_attrs& attrs)
     {
         XGRAD_PROFILE_OP("fused_batch_norm_grad_grad");
         const char* op = "fused_batch_norm_grad_grad";
-        const batch_norm_layout L = detail::check_bn_grad(y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs,
-                                                          batch_norm_grad_version::v3, op);
+        const batch_norm_layout L = detail::check_bn_grad(dy, x, scale, saved_mean, saved_var, attrs, op);
         detail::check_bn_same(L, x, {{"A", A}}, {{"a", a}, {"b", b}}, op);
         const dtype sdt = batch_norm_stats_dtype(x.dtype());
         batch_norm_grad_grad_result r;
-        r.d_y_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+        r.d_dy = detail::empty(x.shape(), x.dtype(), x.device());
         r.d_x = detail::empty(x.shape(), x.dtype(), x.device());
         {
             no_grad guard;
@@ -426,18 +421,18 @@ namespace xgrad
                 r.d_scale = zeros({L.C}, sdt, x.device());
             else
             {
-                const tensor Ac = detail::raw_contiguous(A), gc = detail::raw_contiguous(y_backprop),
+                const tensor Ac = detail::raw_contiguous(A), gc = detail::raw_contiguous(dy),
                              xc = detail::raw_contiguous(x), sc = detail::raw_contiguous(scale),
-                             mc = detail::raw_contiguous(reserve_space_1), vc = detail::raw_contiguous(reserve_space_2),
+                             mc = detail::raw_contiguous(saved_mean), vc = detail::raw_contiguous(saved_var),
                              ac = detail::raw_contiguous(a), bc = detail::raw_contiguous(b);
                 const tensor sums = detail::empty({5, L.C}, sdt, x.device());
                 bn_kernels(x).bn_grad_grad_reduce(sums.data_ptr(), Ac.data_ptr(), gc.data_ptr(), xc.data_ptr(),
                                                   mc.data_ptr(), vc.data_ptr(), attrs.epsilon, x.dtype(), L.outer, L.C,
                                                   L.inner);
-                bn_kernels(x).bn_grad_grad_apply(r.d_y_backprop.data_ptr(), r.d_x.data_ptr(), Ac.data_ptr(),
-                                                 gc.data_ptr(), xc.data_ptr(), sc.data_ptr(), mc.data_ptr(),
-                                                 vc.data_ptr(), ac.data_ptr(), bc.data_ptr(), sums.data_ptr(),
-                                                 attrs.epsilon, attrs.is_training, x.dtype(), L.outer, L.C, L.inner);
+                bn_kernels(x).bn_grad_grad_apply(r.d_dy.data_ptr(), r.d_x.data_ptr(), Ac.data_ptr(), gc.data_ptr(),
+                                                 xc.data_ptr(), sc.data_ptr(), mc.data_ptr(), vc.data_ptr(),
+                                                 ac.data_ptr(), bc.data_ptr(), sums.data_ptr(), attrs.epsilon,
+                                                 attrs.is_training, x.dtype(), L.outer, L.C, L.inner);
                 // d/dscale from the sums: r Σ A (g - mean g - xh mean(g xh)) in training,
                 // r Σ A g in inference.
                 const tensor rr = inv_std(vc, attrs.epsilon);
@@ -449,50 +444,50 @@ namespace xgrad
             }
             if (L.count() == 0)
             {
-                r.d_y_backprop = detail::empty(x.shape(), x.dtype(), x.device());
+                r.d_dy = detail::empty(x.shape(), x.dtype(), x.device());
                 r.d_x = detail::empty(x.shape(), x.dtype(), x.device());
             }
         }
-        record("fused_batch_norm_grad_grad", {A, a, b, y_backprop, x, scale}, {r.d_y_backprop, r.d_x, r.d_scale},
-               [A, a, b, y_backprop, x, scale, reserve_space_1, reserve_space_2, attrs](function_node& self,
-                                                                                        const std::vector<tensor>& g) {
-                   // Third order and beyond: differentiate the composite formula of the same
-                   // function, built on identity aliases of the inputs (identity) so that the gradients
-                   // are taken w.r.t. exactly these uses of them.
-                   const bool create = is_grad_enabled();
-                   enable_grad on;
-                   const std::vector<tensor> ins = {A, a, b, y_backprop, x, scale};
-                   std::vector<tensor> use(ins.size()), wrt;
-                   std::vector<std::size_t> wanted;
-                   for (std::size_t i = 0; i < ins.size(); ++i)
-                   {
-                       if (self.needs_input_grad(i))
-                       {
-                           use[i] = identity(ins[i]);
-                           wrt.push_back(use[i]);
-                           wanted.push_back(i);
-                       }
-                       else
-                           use[i] = ins[i].detach();
-                   }
-                   const batch_norm_grad_grad_result c = batch_norm_grad_grad_composite(
-                       use[0], use[1], use[2], use[3], use[4], use[5], reserve_space_1, reserve_space_2, attrs);
-                   std::vector<tensor> roots, cotangents;
-                   const tensor outs[3] = {c.d_y_backprop, c.d_x, c.d_scale};
-                   for (int k = 0; k < 3; ++k)
-                       if (outs[k].requires_grad())
-                       {
-                           roots.push_back(outs[k]);
-                           cotangents.push_back(g[static_cast<std::size_t>(k)]);
-                       }
-                   std::vector<tensor> result(ins.size());
-                   if (roots.empty())
-                       return result;
-                   const std::vector<tensor> gr = grad(roots, wrt, cotangents, create, create, true);
-                   for (std::size_t j = 0; j < wanted.size(); ++j)
-                       result[wanted[j]] = gr[j];
-                   return result;
-               });
+        record(
+            "fused_batch_norm_grad_grad", {A, a, b, dy, x, scale}, {r.d_dy, r.d_x, r.d_scale},
+            [A, a, b, dy, x, scale, saved_mean, saved_var, attrs](function_node& self, const std::vector<tensor>& g) {
+                // Third order and beyond: differentiate the composite formula of the same
+                // function, built on identity aliases of the inputs (identity) so that the gradients
+                // are taken w.r.t. exactly these uses of them.
+                const bool create = is_grad_enabled();
+                enable_grad on;
+                const std::vector<tensor> ins = {A, a, b, dy, x, scale};
+                std::vector<tensor> use(ins.size()), wrt;
+                std::vector<std::size_t> wanted;
+                for (std::size_t i = 0; i < ins.size(); ++i)
+                {
+                    if (self.needs_input_grad(i))
+                    {
+                        use[i] = identity(ins[i]);
+                        wrt.push_back(use[i]);
+                        wanted.push_back(i);
+                    }
+                    else
+                        use[i] = ins[i].detach();
+                }
+                const batch_norm_grad_grad_result c = detail::batch_norm_grad_grad_composite(
+                    use[0], use[1], use[2], use[3], use[4], use[5], saved_mean, saved_var, attrs);
+                std::vector<tensor> roots, cotangents;
+                const tensor outs[3] = {c.d_dy, c.d_x, c.d_scale};
+                for (int k = 0; k < 3; ++k)
+                    if (outs[k].requires_grad())
+                    {
+                        roots.push_back(outs[k]);
+                        cotangents.push_back(g[static_cast<std::size_t>(k)]);
+                    }
+                std::vector<tensor> result(ins.size());
+                if (roots.empty())
+                    return result;
+                const std::vector<tensor> gr = grad(roots, wrt, cotangents, create, create, true);
+                for (std::size_t j = 0; j < wanted.size(); ++j)
+                    result[wanted[j]] = gr[j];
+                return result;
+            });
         return r;
     }
 }

@@ -122,33 +122,35 @@ namespace xgrad::detail
         return l;
     }
 
-    batch_norm_layout check_bn_grad_args(const tensor& y_backprop, const tensor& x,
+    batch_norm_layout check_bn_grad_args(const tensor& dy, const tensor& x,
                                          const std::vector<std::pair<const char*, tensor>>& per_channel,
-                                         const batch_norm_attrs& attrs, batch_norm_grad_version version, const char* op)
+                                         const batch_norm_attrs& attrs, bn_formats formats, const char* op,
+                                         const char* dy_name)
     {
-        // TensorFlow's names for the saved statistics in its rank message.
+        // TensorFlow's rank message describes its reserve spaces.
         auto rank_name = [](const std::string& n) {
-            return n == "reserve_space_1"   ? std::string("saved mean (reserve_space_1)")
-                   : n == "reserve_space_2" ? std::string("saved variance (reserve_space_2)")
-                                            : n;
+            return n == tensorflow_grad_names.saved_mean  ? std::string("saved mean (reserve_space_1)")
+                   : n == tensorflow_grad_names.saved_var ? std::string("saved variance (reserve_space_2)")
+                                                          : n;
         };
-        if (!y_backprop.defined() || !x.defined())
-            fail(op, "y_backprop and x must be defined tensors");
+        const std::string dyn = dy_name;
+        if (!dy.defined() || !x.defined())
+            fail(op, dyn + " and x must be defined tensors");
         // 1. ranks
-        check_rank_4_or_5(y_backprop, "y_backprop", op);
+        check_rank_4_or_5(dy, dy_name, op);
         check_rank_4_or_5(x, "x", op);
         // 2. rank implied by data_format
-        check_format(x, attrs, version == batch_norm_grad_version::v2, op);
-        if (y_backprop.dim() != x.dim())
-            fail(op, "x and y_backprop must have same shape, but x has shape " + shape_to_string(x.shape()) +
-                         " and y_backprop has shape " + shape_to_string(y_backprop.shape()));
+        check_format(x, attrs, formats == bn_formats::four_d, op);
+        if (dy.dim() != x.dim())
+            fail(op, "x and " + dyn + " must have same shape, but x has shape " + shape_to_string(x.shape()) + " and " +
+                         dyn + " has shape " + shape_to_string(dy.shape()));
         // 3. per-channel tensors are 1-D
         for (const auto& [n, t] : per_channel)
             check_1d(t, rank_name(n).c_str(), op);
         // 4. same shapes
-        if (x.shape() != y_backprop.shape())
-            fail(op, "x and y_backprop must have same shape, but x has shape " + shape_to_string(x.shape()) +
-                         " and y_backprop has shape " + shape_to_string(y_backprop.shape()));
+        if (x.shape() != dy.shape())
+            fail(op, "x and " + dyn + " must have same shape, but x has shape " + shape_to_string(x.shape()) + " and " +
+                         dyn + " has shape " + shape_to_string(dy.shape()));
         // 5. lengths
         const batch_norm_layout layout = bn_layout_of(x, attrs.data_format);
         for (const auto& [n, t] : per_channel)
@@ -159,28 +161,27 @@ namespace xgrad::detail
                          ")");
         // 7. dtypes
         check_io_dtype(x, op);
-        if (y_backprop.dtype() != x.dtype())
-            fail(op, "y_backprop has dtype " + std::string(name(y_backprop.dtype())) + " but x has dtype " +
+        if (dy.dtype() != x.dtype())
+            fail(op, dyn + " has dtype " + std::string(name(dy.dtype())) + " but x has dtype " +
                          std::string(name(x.dtype())));
         for (const auto& [n, t] : per_channel)
             check_stats_dtype(x, t, n, op);
         // 8. epsilon
         check_epsilon(attrs.epsilon, op);
         // 9. devices
-        check_device(x, y_backprop, "y_backprop", op);
+        check_device(x, dy, dy_name, op);
         for (const auto& [n, t] : per_channel)
             check_device(x, t, n, op);
         return layout;
     }
 
-    batch_norm_layout check_bn_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                                    const tensor& reserve_space_1, const tensor& reserve_space_2,
-                                    const batch_norm_attrs& attrs, batch_norm_grad_version version, const char* op)
+    batch_norm_layout check_bn_grad(const tensor& dy, const tensor& x, const tensor& scale, const tensor& saved_mean,
+                                    const tensor& saved_var, const batch_norm_attrs& attrs, const char* op,
+                                    bn_formats formats, const bn_grad_names& names)
     {
-        return check_bn_grad_args(
-            y_backprop, x,
-            {{"scale", scale}, {"reserve_space_1", reserve_space_1}, {"reserve_space_2", reserve_space_2}}, attrs,
-            version, op);
+        return check_bn_grad_args(dy, x,
+                                  {{"scale", scale}, {names.saved_mean, saved_mean}, {names.saved_var, saved_var}},
+                                  attrs, formats, op, names.dy);
     }
 
     batch_norm_layout check_bn_input(const tensor& x, const batch_norm_attrs& attrs, const char* op)

@@ -23,7 +23,8 @@ namespace xgrad
 
         /// The checks of the module comment. outputs and inputs are (name, tensor) pairs, the
         /// first input the parameter, each output named after its input ("param_out").
-        void check_step(const char* op, const std::vector<named_tensor>& outputs, const std::vector<named_tensor>& inputs)
+        void check_step(const char* op, const std::vector<named_tensor>& outputs,
+                        const std::vector<named_tensor>& inputs)
         {
             const tensor& param = inputs.front().second;
             if (!param.defined())
@@ -126,7 +127,6 @@ namespace xgrad
         c.bias_correction2 = p.bias_correction2;
         detail::backend_for(param.device())
             .adam_step(param_out.data_ptr(), exp_avg_out.data_ptr(), exp_avg_sq_out.data_ptr(), param.data_ptr(),
-                       grad.data_ptr(), ptr_or_null(exp_avg), ptr_or_null(exp_avg_sq), param.dtype(), param.numel(),
-                       c);
+                       grad.data_ptr(), ptr_or_null(exp_avg), ptr_or_null(exp_avg_sq), param.dtype(), param.numel(), c);
     }
 }

@@ -40,7 +40,8 @@ namespace xgrad
         {
             std::vector<std::size_t> order(static_cast<std::size_t>(t.dim()));
             std::iota(order.begin(), order.end(), std::size_t{0});
-            std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return t.strides()[a] < t.strides()[b]; });
+            std::sort(order.begin(), order.end(),
+                      [&](std::size_t a, std::size_t b) { return t.strides()[a] < t.strides()[b]; });
             std::int64_t span = 1; // elements spanned by the dimensions so far, plus one
             for (std::size_t d : order)
             {

@@ -71,32 +71,28 @@ TEST_CASE("cuda batch norm ops: forward, gradient and ReLU fusion match the CPU"
                     const auto c = op(x, scale, offset, mean, var, at);
                     const auto d = op(dev(x), dev(scale), dev(offset), dev(mean), dev(var), at);
                     check_close(c.y, d.y, "y");
-                    check_close(c.batch_mean, d.batch_mean, "batch_mean");
-                    check_close(c.batch_variance, d.batch_variance, "batch_variance");
-                    check_close(c.reserve_space_1, d.reserve_space_1, "reserve_space_1");
-                    check_close(c.reserve_space_2, d.reserve_space_2, "reserve_space_2");
+                    check_close(c.running_mean, d.running_mean, "running_mean");
+                    check_close(c.running_var, d.running_var, "running_var");
+                    check_close(c.saved_mean, d.saved_mean, "saved_mean");
+                    check_close(c.saved_var, d.saved_var, "saved_var");
                     // the gradient at these statistics
-                    const auto cg =
-                        relu ? fused_batch_norm_relu_grad(dy, x, c.y, scale, c.reserve_space_1, c.reserve_space_2, at)
-                             : fused_batch_norm_grad(dy, x, scale, c.reserve_space_1, c.reserve_space_2, tensor(), at);
-                    const auto dg = relu
-                                        ? fused_batch_norm_relu_grad(dev(dy), dev(x), dev(c.y), dev(scale),
-                                                                     dev(c.reserve_space_1), dev(c.reserve_space_2), at)
-                                        : fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(c.reserve_space_1),
-                                                                dev(c.reserve_space_2), tensor(), at);
-                    check_close(cg.x_backprop, dg.x_backprop, "x_backprop");
-                    check_close(cg.scale_backprop, dg.scale_backprop, "scale_backprop");
-                    check_close(cg.offset_backprop, dg.offset_backprop, "offset_backprop");
+                    const auto cg = relu ? fused_batch_norm_relu_grad(dy, x, c.y, scale, c.saved_mean, c.saved_var, at)
+                                         : fused_batch_norm_grad(dy, x, scale, c.saved_mean, c.saved_var, at);
+                    const auto dg = relu ? fused_batch_norm_relu_grad(dev(dy), dev(x), dev(c.y), dev(scale),
+                                                                      dev(c.saved_mean), dev(c.saved_var), at)
+                                         : fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(c.saved_mean),
+                                                                 dev(c.saved_var), at);
+                    check_close(cg.dx, dg.dx, "dx");
+                    check_close(cg.dscale, dg.dscale, "dscale");
+                    check_close(cg.doffset, dg.doffset, "doffset");
                 }
-                if (fmt == "NHWC" || fmt == "NCHW") // V2 takes the 4-D formats
                 {
-                    const auto cg = fused_batch_norm_grad(dy, x, scale, mean, var, tensor(), at,
-                                                          batch_norm_grad_version::v2);
-                    const auto dg = fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(mean), dev(var), tensor(),
-                                                          at, batch_norm_grad_version::v2);
-                    check_close(cg.x_backprop, dg.x_backprop, "V2 x_backprop");
-                    check_close(cg.scale_backprop, dg.scale_backprop, "V2 scale_backprop");
-                    check_close(cg.offset_backprop, dg.offset_backprop, "V2 offset_backprop");
+                    // The gradient with the given statistics (the caller's own, not the forward's).
+                    const auto cg = fused_batch_norm_grad(dy, x, scale, mean, var, at);
+                    const auto dg = fused_batch_norm_grad(dev(dy), dev(x), dev(scale), dev(mean), dev(var), at);
+                    check_close(cg.dx, dg.dx, "given statistics: dx");
+                    check_close(cg.dscale, dg.dscale, "given statistics: dscale");
+                    check_close(cg.doffset, dg.doffset, "given statistics: doffset");
                 }
             }
 }
@@ -123,24 +119,24 @@ TEST_CASE("cuda batch norm ops: second order, directly and through autograd, mat
                 const auto c = fused_batch_norm_grad_grad(A, a, b, dy, x, scale, mean, var, at);
                 const auto d = fused_batch_norm_grad_grad(dev(A), dev(a), dev(b), dev(dy), dev(x), dev(scale),
                                                           dev(mean), dev(var), at);
-                check_close(c.d_y_backprop, d.d_y_backprop, "d_y_backprop");
+                check_close(c.d_dy, d.d_dy, "d_dy");
                 check_close(c.d_x, d.d_x, "d_x");
                 check_close(c.d_scale, d.d_scale, "d_scale");
 
-                // autograd: d/d(dy, x, scale) of sum(A * x_backprop) + sum(a * scale_backprop),
-                // x_backprop from fused_batch_norm_grad, on each device
+                // autograd: d/d(dy, x, scale) of sum(A * dx) + sum(a * dscale),
+                // dx from fused_batch_norm_grad, on each device
                 const auto second = [&](const device& on) {
                     // detach: on the CPU, to() returns the very tensor, which must stay a plain input
                     tensor dyv = dy.to(on).detach(), xv = x.to(on).detach(), sv = scale.to(on).detach();
                     dyv.requires_grad_(true);
                     xv.requires_grad_(true);
                     sv.requires_grad_(true);
-                    const auto g = fused_batch_norm_grad(dyv, xv, sv, mean.to(on), var.to(on), tensor(), at);
-                    const tensor loss = sum(g.x_backprop * A.to(on)) + sum(g.scale_backprop * a.to(on));
+                    const auto g = fused_batch_norm_grad(dyv, xv, sv, mean.to(on), var.to(on), at);
+                    const tensor loss = sum(g.dx * A.to(on)) + sum(g.dscale * a.to(on));
                     return grad({loss}, {dyv, xv, sv}, {}, std::nullopt, true);
                 };
                 const auto gc = second(cpu_device), gd = second(gpu);
-                check_close(gc[0], gd[0], "autograd d/dy_backprop");
+                check_close(gc[0], gd[0], "autograd d/ddy");
                 check_close(gc[1], gd[1], "autograd d/dx");
                 check_close(gc[2], gd[2], "autograd d/dscale");
             }

@@ -1,9 +1,11 @@
 // The TensorFlow compatibility layer (xgrad/compat/tensorflow.hpp): every class compiles with
 // TensorFlow's signatures, the Attrs chain and hold the contract's defaults, the outputs are those
-// of the core free functions bit for bit, the errors are the core functions' (plus the scope's
-// device check), and the scope decides recording and device.
+// of the core free functions bit for bit (and TensorFlow's empty outputs are [0]), the errors
+// are the core functions' in TensorFlow's words (plus the scope's device check), and the scope
+// decides recording and device.
 #include <doctest/doctest.h>
 
+#include <cctype>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -20,6 +22,15 @@ using namespace bn_api_test;
 
 namespace
 {
+    /// One of TensorFlow's empty outputs: [0], x's statistics dtype, x's device.
+    void check_empty_output(const tensor& t, const tensor& x, const char* what)
+    {
+        INFO(what);
+        REQUIRE(t.defined());
+        CHECK(t.shape() == shape_type{0});
+        CHECK(t.dtype() == (x.dtype() == dtype::float64 ? dtype::float64 : dtype::float32));
+        CHECK(t.device() == x.device());
+    }
 
     /// The inputs with x and dy in `dt` and the per-channel tensors in its statistics dtype.
     bn_inputs with_dtype(const bn_inputs& in, dtype dt)
@@ -40,6 +51,50 @@ namespace
             return e.what();
         }
         return "";
+    }
+
+    /// A core function's message with the TensorFlow op's name for the function's and
+    /// TensorFlow's argument names for xgrad's: what the compatibility class says.
+    std::string in_tensorflow_words(std::string msg, const std::string& function, const std::string& op)
+    {
+        const auto replace_words = [&](const std::string& from, const std::string& to) {
+            for (std::size_t at = msg.find(from); at != std::string::npos; at = msg.find(from, at + to.size()))
+            {
+                const bool starts = at == 0 ||
+                                    !(std::isalnum(static_cast<unsigned char>(msg[at - 1])) || msg[at - 1] == '_');
+                const std::size_t end = at + from.size();
+                const bool ends = end == msg.size() ||
+                                  !(std::isalnum(static_cast<unsigned char>(msg[end])) || msg[end] == '_');
+                if (starts && ends)
+                    msg.replace(at, from.size(), to);
+            }
+        };
+        replace_words(function, op);
+        replace_words("dy", "y_backprop");
+        replace_words("saved_mean", "reserve_space_1");
+        replace_words("saved_var", "reserve_space_2");
+        return msg;
+    }
+
+    /// The forward's outputs against the core function's, under TensorFlow's names.
+    void check_forward(const tf::ops::FusedBatchNormV3& bn, const batch_norm_forward_result& ref)
+    {
+        check_same_bits(bn.y, ref.y, "y");
+        check_same_bits(bn.batch_mean, ref.running_mean, "batch_mean");
+        check_same_bits(bn.batch_variance, ref.running_var, "batch_variance");
+        check_same_bits(bn.reserve_space_1, ref.saved_mean, "reserve_space_1");
+        check_same_bits(bn.reserve_space_2, ref.saved_var, "reserve_space_2");
+        check_empty_output(bn.reserve_space_3, bn.y, "reserve_space_3");
+    }
+
+    /// A gradient class's outputs against the core function's.
+    template <class G>
+    void check_grad(const G& g, const batch_norm_grad_result& ref, const std::string& what)
+    {
+        INFO(what);
+        check_same_bits(g.x_backprop, ref.dx, "x_backprop");
+        check_same_bits(g.scale_backprop, ref.dscale, "scale_backprop");
+        check_same_bits(g.offset_backprop, ref.doffset, "offset_backprop");
     }
 }
 
@@ -179,33 +234,19 @@ TEST_CASE("the classes without Attrs equal the core functions with default attri
     const tf::ops::FusedBatchNormV3 bn(scope, in.x, in.scale, in.offset, none, none);
     const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, none, none);
     check_same_bits(bn.y, ref.y, "y");
-    check_same_bits(bn.batch_mean, ref.batch_mean, "batch_mean");
-    check_same_bits(bn.batch_variance, ref.batch_variance, "batch_variance");
-    check_same_bits(bn.reserve_space_1, ref.reserve_space_1, "reserve_space_1");
-    check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
-    check_same_bits(bn.reserve_space_3, ref.reserve_space_3, "reserve_space_3");
-    CHECK(bn.reserve_space_3.shape() == shape_type{0});
+    check_forward(bn, ref);
 
     const tf::ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
                                            bn.reserve_space_3);
-    const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                            bn.reserve_space_2, bn.reserve_space_3);
-    check_same_bits(g3.x_backprop, r3.x_backprop, "V3 x_backprop");
-    check_same_bits(g3.scale_backprop, r3.scale_backprop, "V3 scale_backprop");
-    check_same_bits(g3.offset_backprop, r3.offset_backprop, "V3 offset_backprop");
-    check_same_bits(g3.reserve_space_4, r3.placeholder_1, "V3 reserve_space_4");
-    check_same_bits(g3.reserve_space_5, r3.placeholder_2, "V3 reserve_space_5");
-    CHECK(g3.reserve_space_4.shape() == shape_type{0});
-    CHECK(g3.reserve_space_5.shape() == shape_type{0});
+    const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, ref.saved_mean, ref.saved_var);
+    check_grad(g3, r3, "V3");
+    check_empty_output(g3.reserve_space_4, in.x, "V3 reserve_space_4");
+    check_empty_output(g3.reserve_space_5, in.x, "V3 reserve_space_5");
 
     const tf::ops::FusedBatchNormGradV2 g2(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2);
-    const batch_norm_grad_result r2 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                            bn.reserve_space_2, {}, {}, batch_norm_grad_version::v2);
-    check_same_bits(g2.x_backprop, r2.x_backprop, "V2 x_backprop");
-    check_same_bits(g2.scale_backprop, r2.scale_backprop, "V2 scale_backprop");
-    check_same_bits(g2.offset_backprop, r2.offset_backprop, "V2 offset_backprop");
-    check_same_bits(g2.reserve_space_3, r2.placeholder_1, "V2 reserve_space_3");
-    check_same_bits(g2.reserve_space_4, r2.placeholder_2, "V2 reserve_space_4");
+    check_grad(g2, r3, "V2");
+    check_empty_output(g2.reserve_space_3, in.x, "V2 reserve_space_3");
+    check_empty_output(g2.reserve_space_4, in.x, "V2 reserve_space_4");
 }
 
 TEST_CASE("the classes with Attrs equal the core functions with the same attributes, bit for bit, in every dtype")
@@ -225,34 +266,24 @@ TEST_CASE("the classes with Attrs equal the core functions with the same attribu
             const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance,
                                                                    make_attrs("NCHW", training, eps, factor));
             check_same_bits(bn.y, ref.y, "y");
-            check_same_bits(bn.batch_mean, ref.batch_mean, "batch_mean");
-            check_same_bits(bn.batch_variance, ref.batch_variance, "batch_variance");
-            check_same_bits(bn.reserve_space_1, ref.reserve_space_1, "reserve_space_1");
-            check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
-            check_same_bits(bn.reserve_space_3, ref.reserve_space_3, "reserve_space_3");
+            check_forward(bn, ref);
 
             const batch_norm_attrs ga = make_attrs("NCHW", training, eps);
             const auto g3a = tf::ops::FusedBatchNormGradV3::Attrs().Epsilon(eps).IsTraining(training);
             const tf::ops::FusedBatchNormGradV3 g3(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
                                                    bn.reserve_space_3, g3a.DataFormat("NCHW"));
-            const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                                    bn.reserve_space_2, bn.reserve_space_3, ga);
-            check_same_bits(g3.x_backprop, r3.x_backprop, "V3 x_backprop");
-            check_same_bits(g3.scale_backprop, r3.scale_backprop, "V3 scale_backprop");
-            check_same_bits(g3.offset_backprop, r3.offset_backprop, "V3 offset_backprop");
-            check_same_bits(g3.reserve_space_4, r3.placeholder_1, "V3 reserve_space_4");
-            check_same_bits(g3.reserve_space_5, r3.placeholder_2, "V3 reserve_space_5");
+            const batch_norm_grad_result r3 = fused_batch_norm_grad(in.dy, in.x, in.scale, ref.saved_mean,
+                                                                    ref.saved_var, ga);
+            check_grad(g3, r3, "V3");
+            check_empty_output(g3.reserve_space_4, in.x, "V3 reserve_space_4");
+            check_empty_output(g3.reserve_space_5, in.x, "V3 reserve_space_5");
 
             const auto g2a = tf::ops::FusedBatchNormGradV2::Epsilon(eps).DataFormat("NCHW").IsTraining(training);
             const tf::ops::FusedBatchNormGradV2 g2(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
                                                    g2a);
-            const batch_norm_grad_result r2 = fused_batch_norm_grad(
-                in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2, {}, ga, batch_norm_grad_version::v2);
-            check_same_bits(g2.x_backprop, r2.x_backprop, "V2 x_backprop");
-            check_same_bits(g2.scale_backprop, r2.scale_backprop, "V2 scale_backprop");
-            check_same_bits(g2.offset_backprop, r2.offset_backprop, "V2 offset_backprop");
-            check_same_bits(g2.reserve_space_3, r2.placeholder_1, "V2 reserve_space_3");
-            check_same_bits(g2.reserve_space_4, r2.placeholder_2, "V2 reserve_space_4");
+            check_grad(g2, r3, "V2");
+            check_empty_output(g2.reserve_space_3, in.x, "V2 reserve_space_3");
+            check_empty_output(g2.reserve_space_4, in.x, "V2 reserve_space_4");
         }
 }
 
@@ -272,46 +303,44 @@ TEST_CASE("5-D layouts go through FusedBatchNormV3 and FusedBatchNormGradV3")
         check_same_bits(bn.y, ref.y, "y");
         const tf::ops::FusedBatchNormGradV3 g(scope, in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2,
                                               bn.reserve_space_3, tf::ops::FusedBatchNormGradV3::DataFormat(format));
-        const batch_norm_grad_result r = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                               bn.reserve_space_2, bn.reserve_space_3,
+        const batch_norm_grad_result r = fused_batch_norm_grad(in.dy, in.x, in.scale, ref.saved_mean, ref.saved_var,
                                                                make_attrs(format, true, 0.0001f));
-        check_same_bits(g.x_backprop, r.x_backprop, "x_backprop");
-        check_same_bits(g.scale_backprop, r.scale_backprop, "scale_backprop");
-        check_same_bits(g.offset_backprop, r.offset_backprop, "offset_backprop");
+        check_grad(g, r, format);
     }
 }
 
-TEST_CASE("errors: the core functions' messages, unchanged, as xgrad::invalid_argument")
+TEST_CASE("errors: the core functions' messages in TensorFlow's words, as xgrad::invalid_argument")
 {
     const tf::Scope scope = tf::Scope::NewRootScope();
     const tensor x5 = zeros({1, 2, 2, 2, 3}), c = ones({3});
 
-    // FusedBatchNormGradV2 rejects the 5-D formats that V3 accepts.
+    // FusedBatchNormGradV2 rejects the 5-D formats that V3 (and fused_batch_norm_grad) accept.
     for (const char* format : {"NDHWC", "NCDHW"})
     {
         CAPTURE(format);
         const auto v2 = tf::ops::FusedBatchNormGradV2::DataFormat(format);
         const std::string msg = error_of([&] { tf::ops::FusedBatchNormGradV2(scope, x5, x5, c, c, c, v2); });
-        CHECK(msg.find("FusedBatchNormGradV2") != std::string::npos);
+        CHECK(msg.find("FusedBatchNormGradV2: unsupported data_format") != std::string::npos);
         CHECK(msg.find(format) != std::string::npos);
-        batch_norm_attrs a;
-        a.data_format = format;
-        CHECK(msg == error_of([&] { fused_batch_norm_grad(x5, x5, c, c, c, {}, a, batch_norm_grad_version::v2); }));
+        CHECK(msg.find("NHWC or NCHW") != std::string::npos);
     }
     // The same input is fine for V3.
     CHECK_NOTHROW(tf::ops::FusedBatchNormGradV3(scope, x5, x5, c, c, zeros({3}), zeros({0}),
                                                 tf::ops::FusedBatchNormGradV3::DataFormat("NDHWC")));
 
-    // Each class passes the core function's message through word for word.
+    // Each class runs the core function's checks: its message is the core function's with the
+    // TensorFlow op's name and argument names in place of xgrad's.
     const std::string rank = error_of([&] { tf::ops::FusedBatchNormV3(scope, zeros({2, 3}), c, c, c, c); });
-    CHECK(rank.find("FusedBatchNormV3") != std::string::npos);
     CHECK(rank.find("[2, 3]") != std::string::npos);
-    CHECK(rank == error_of([&] { fused_batch_norm(zeros({2, 3}), c, c, c, c); }));
+    CHECK(rank == in_tensorflow_words(error_of([&] {
+                                          fused_batch_norm(zeros({2, 3}), c, c, c, c);
+                                      }),
+                                      "fused_batch_norm", "FusedBatchNormV3"));
 
     const std::string nhwc5 = error_of([&] { tf::ops::FusedBatchNormGradV3(scope, x5, x5, c, c, c, c); });
-    CHECK(nhwc5.find("FusedBatchNormGradV3") != std::string::npos);
     CHECK(nhwc5.find("NHWC") != std::string::npos);
-    CHECK(nhwc5 == error_of([&] { fused_batch_norm_grad(x5, x5, c, c, c, c); }));
+    CHECK(nhwc5 == in_tensorflow_words(error_of([&] { fused_batch_norm_grad(x5, x5, c, c, c); }),
+                                       "fused_batch_norm_grad", "FusedBatchNormGradV3"));
 
     const auto bad_eps = tf::ops::FusedBatchNormGradV3::Epsilon(-1e-3f);
     const tensor x4 = zeros({1, 2, 2, 3});
@@ -319,24 +348,35 @@ TEST_CASE("errors: the core functions' messages, unchanged, as xgrad::invalid_ar
     CHECK(eps.find("epsilon") != std::string::npos);
     batch_norm_attrs ea;
     ea.epsilon = -1e-3f;
-    CHECK(eps == error_of([&] { fused_batch_norm_grad(x4, x4, c, c, c, c, ea); }));
+    CHECK(eps == in_tensorflow_words(error_of([&] { fused_batch_norm_grad(x4, x4, c, c, c, ea); }),
+                                     "fused_batch_norm_grad", "FusedBatchNormGradV3"));
 
     const auto bad_factor = tf::ops::FusedBatchNormV3::ExponentialAvgFactor(1.5f);
     const std::string factor = error_of([&] { tf::ops::FusedBatchNormV3(scope, x4, c, c, c, c, bad_factor); });
     CHECK(factor.find("exponential_avg_factor") != std::string::npos);
     batch_norm_attrs fa;
     fa.exponential_avg_factor = 1.5f;
-    CHECK(factor == error_of([&] { fused_batch_norm(x4, c, c, c, c, fa); }));
+    CHECK(factor == in_tensorflow_words(error_of([&] { fused_batch_norm(x4, c, c, c, c, fa); }), "fused_batch_norm",
+                                        "FusedBatchNormV3"));
+
+    // The reserve spaces' and y_backprop's own names: a saved statistic of the wrong length,
+    // and a y_backprop of another shape.
+    const std::string rs1 = error_of([&] { tf::ops::FusedBatchNormGradV3(scope, x4, x4, c, ones({4}), c, c); });
+    CHECK(rs1.find("FusedBatchNormGradV3: reserve_space_1") != std::string::npos);
+    CHECK(rs1 == in_tensorflow_words(error_of([&] { fused_batch_norm_grad(x4, x4, c, ones({4}), c); }),
+                                     "fused_batch_norm_grad", "FusedBatchNormGradV3"));
+    const std::string dy = error_of([&] { tf::ops::FusedBatchNormGradV3(scope, zeros({1, 2, 2, 4}), x4, c, c, c, c); });
+    CHECK(dy.find("x and y_backprop must have same shape") != std::string::npos);
 
     // NCHW: C = 2, so a scale of length 4 is wrong while the reserve spaces are right.
     const auto v2 = tf::ops::FusedBatchNormGradV2::DataFormat("NCHW");
     const tensor c2 = ones({2}), c4 = ones({4});
     const std::string scale = error_of([&] { tf::ops::FusedBatchNormGradV2(scope, x4, x4, c4, c2, c2, v2); });
-    CHECK(scale.find("FusedBatchNormGradV2") != std::string::npos);
     CHECK(scale.find("scale") != std::string::npos);
     batch_norm_attrs sa;
     sa.data_format = "NCHW";
-    CHECK(scale == error_of([&] { fused_batch_norm_grad(x4, x4, c4, c2, c2, {}, sa, batch_norm_grad_version::v2); }));
+    CHECK(scale == in_tensorflow_words(error_of([&] { fused_batch_norm_grad(x4, x4, c4, c2, c2, sa); }),
+                                       "fused_batch_norm_grad", "FusedBatchNormGradV2"));
 }
 
 TEST_CASE("an input off the scope's device is rejected, naming the op, the input and both devices")

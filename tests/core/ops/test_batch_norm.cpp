@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/src/ops/batch_norm_internal.hpp"
 #include "tests/support/check_error.hpp"
 #include "xgrad/layers.hpp"
 #include "xgrad/xgrad.hpp"
@@ -84,7 +85,7 @@ namespace
         t.exponential_avg_factor = 1.0f;
         const auto f = fused_batch_norm(x.detach(), scale.detach(), offset.detach(), tensor(zeros({0}, scale.dtype())),
                                         zeros({0}, scale.dtype()), t);
-        return {f.reserve_space_1, f.reserve_space_2};
+        return {f.saved_mean, f.saved_var};
     }
 
     /// The batch mean and biased variance of x computed with xgrad's ops: differentiable
@@ -111,16 +112,14 @@ TEST_CASE("fused gradient equals the composite formula (all formats, both modes,
                 const batch_norm_attrs at = attrs_for(c, training);
                 auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
                 const tensor rs1 = training ? m : in.pop_mean, rs2 = training ? v : in.pop_var;
-                const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, rs1, rs2, {}, at);
-                const auto comp = batch_norm_grad_composite(in.dy, in.x, in.scale, rs1, rs2, at);
+                const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, rs1, rs2, at);
+                const auto comp = detail::batch_norm_grad_composite(in.dy, in.x, in.scale, rs1, rs2, at);
                 // float64: both are exact formulas evaluated in double (1e-12); float32: sums of
                 // R <= 60 terms of O(1) values in float32 against double accumulation (1e-5).
                 const double tol = dt == dtype::float64 ? 1e-12 : 1e-5;
-                check_close(fused.x_backprop, comp.x_backprop, tol);
-                check_close(fused.scale_backprop, comp.scale_backprop, tol);
-                check_close(fused.offset_backprop, comp.offset_backprop, tol);
-                CHECK(fused.placeholder_1.shape() == shape_type{0});
-                CHECK(fused.placeholder_2.shape() == shape_type{0});
+                check_close(fused.dx, comp.dx, tol);
+                check_close(fused.dscale, comp.dscale, tol);
+                check_close(fused.doffset, comp.doffset, tol);
             }
 }
 
@@ -135,8 +134,9 @@ TEST_CASE("fused second-order op equals its composite formula and autograd of th
             auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
             const tensor rs1 = training ? m : in.pop_mean, rs2 = training ? v : in.pop_var;
             const auto fused = fused_batch_norm_grad_grad(in.A, in.a, in.b, in.dy, in.x, in.scale, rs1, rs2, at);
-            const auto comp = batch_norm_grad_grad_composite(in.A, in.a, in.b, in.dy, in.x, in.scale, rs1, rs2, at);
-            check_close(fused.d_y_backprop, comp.d_y_backprop, 1e-12);
+            const auto comp = detail::batch_norm_grad_grad_composite(in.A, in.a, in.b, in.dy, in.x, in.scale, rs1, rs2,
+                                                                     at);
+            check_close(fused.d_dy, comp.d_dy, 1e-12);
             check_close(fused.d_x, comp.d_x, 1e-12);
             check_close(fused.d_scale, comp.d_scale, 1e-12);
             // Independent derivation: differentiate the first-order composite with autograd,
@@ -144,10 +144,9 @@ TEST_CASE("fused second-order op equals its composite formula and autograd of th
             const tensor dy = in.dy.detach().requires_grad_(), x = in.x.detach().requires_grad_(),
                          s = in.scale.detach().requires_grad_();
             const auto [srs1, srs2] = training ? differentiable_stats(x, c) : std::pair{rs1, rs2};
-            const auto first = batch_norm_grad_composite(dy, x, s, srs1, srs2, at);
-            const auto g = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, {dy, x, s},
-                                {in.A, in.a, in.b});
-            check_close(fused.d_y_backprop, g[0], 1e-10);
+            const auto first = detail::batch_norm_grad_composite(dy, x, s, srs1, srs2, at);
+            const auto g = grad({first.dx, first.dscale, first.doffset}, {dy, x, s}, {in.A, in.a, in.b});
+            check_close(fused.d_dy, g[0], 1e-10);
             check_close(fused.d_x, g[1], 1e-10);
             check_close(fused.d_scale, g[2], 1e-10);
         }
@@ -174,12 +173,11 @@ TEST_CASE("forward: normalisation, batch statistics with Bessel's correction, ru
                              reshape(in.scale, ch) +
                          reshape(in.offset, ch);
         check_close(out.y, y, 1e-12);
-        check_close(out.reserve_space_1, m, 1e-12);
-        check_close(out.reserve_space_2, v, 1e-12);
+        check_close(out.saved_mean, m, 1e-12);
+        check_close(out.saved_var, v, 1e-12);
         const double k = R / (R - 1);
-        check_close(out.batch_mean, in.pop_mean * (1.0 - f) + m * static_cast<double>(f), 1e-12);
-        check_close(out.batch_variance, in.pop_var * (1.0 - f) + v * (static_cast<double>(f) * k), 1e-12);
-        CHECK(out.reserve_space_3.shape() == shape_type{0});
+        check_close(out.running_mean, in.pop_mean * (1.0 - f) + m * static_cast<double>(f), 1e-12);
+        check_close(out.running_var, in.pop_var * (1.0 - f) + v * (static_cast<double>(f) * k), 1e-12);
     }
     // Inference: population statistics; the statistics outputs are copies of them.
     const auto inf = fused_batch_norm(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, attrs_for(c, false));
@@ -188,9 +186,9 @@ TEST_CASE("forward: normalisation, batch statistics with Bessel's correction, ru
                         reshape(in.scale, ch) +
                     reshape(in.offset, ch),
                 1e-12);
-    CHECK(to_vector(inf.batch_mean) == to_vector(in.pop_mean));
-    CHECK(to_vector(inf.reserve_space_2) == to_vector(in.pop_var));
-    CHECK(inf.batch_mean.data_ptr() != in.pop_mean.data_ptr());
+    CHECK(to_vector(inf.running_mean) == to_vector(in.pop_mean));
+    CHECK(to_vector(inf.saved_var) == to_vector(in.pop_var));
+    CHECK(inf.running_mean.data_ptr() != in.pop_mean.data_ptr());
 }
 
 TEST_CASE("empty x: NaN batch statistics, zero reserve spaces, zero parameter gradients")
@@ -203,15 +201,15 @@ TEST_CASE("empty x: NaN batch statistics, zero reserve spaces, zero parameter gr
         const tensor s = ones({4}), o = zeros({4});
         const auto f = fused_batch_norm(x, s, o, zeros({4}), ones({4}), at);
         CHECK(f.y.shape() == x.shape());
-        for (double v : to_vector(f.batch_mean))
+        for (double v : to_vector(f.running_mean))
             CHECK(std::isnan(v));
-        for (double v : to_vector(f.batch_variance))
+        for (double v : to_vector(f.running_var))
             CHECK(std::isnan(v));
-        CHECK(to_vector(f.reserve_space_1) == std::vector<double>(4, 0.0));
-        const auto g = fused_batch_norm_grad(x, x, s, zeros({4}), ones({4}), {}, at);
-        CHECK(g.x_backprop.shape() == x.shape());
-        CHECK(to_vector(g.scale_backprop) == std::vector<double>(4, 0.0));
-        CHECK(to_vector(g.offset_backprop) == std::vector<double>(4, 0.0));
+        CHECK(to_vector(f.saved_mean) == std::vector<double>(4, 0.0));
+        const auto g = fused_batch_norm_grad(x, x, s, zeros({4}), ones({4}), at);
+        CHECK(g.dx.shape() == x.shape());
+        CHECK(to_vector(g.dscale) == std::vector<double>(4, 0.0));
+        CHECK(to_vector(g.doffset) == std::vector<double>(4, 0.0));
     }
 }
 
@@ -222,15 +220,14 @@ TEST_CASE("the two phases compose to the fused gradient and honour a global coun
     const batch_norm_attrs at = attrs_for(c, true);
     auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
     const auto sums = batch_norm_grad_reduce(in.dy, in.x, m, at);
-    const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, m, v, {}, at);
+    const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, m, v, at);
     const auto phased = batch_norm_grad_apply(in.dy, in.x, in.scale, m, v, sums, 2 * 3 * 2, at);
-    check_close(phased.x_backprop, fused.x_backprop, 1e-14);
-    check_close(phased.scale_backprop, fused.scale_backprop, 1e-14);
+    check_close(phased.dx, fused.dx, 1e-14);
+    check_close(phased.dscale, fused.dscale, 1e-14);
     // Two replicas holding the same batch: the all-reduced sums are doubled and R is doubled,
-    // which must give the same x_backprop as one replica.
+    // which must give the same dx as one replica.
     const batch_norm_grad_sums twice{sums.sum_dy * 2.0, sums.sum_dy_xc * 2.0};
-    check_close(batch_norm_grad_apply(in.dy, in.x, in.scale, m, v, twice, 2 * 2 * 3 * 2, at).x_backprop,
-                fused.x_backprop, 1e-12);
+    check_close(batch_norm_grad_apply(in.dy, in.x, in.scale, m, v, twice, 2 * 2 * 3 * 2, at).dx, fused.dx, 1e-12);
 }
 
 TEST_CASE("16-bit I/O: float32 arithmetic, one rounding of the result")
@@ -242,21 +239,20 @@ TEST_CASE("16-bit I/O: float32 arithmetic, one rounding of the result")
         const inputs in = make_inputs(c, dt, 5);
         const batch_norm_attrs at = attrs_for(c, true);
         auto [m, v] = batch_stats(in.x, in.scale, in.offset, at);
-        const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, m, v, {}, at);
-        CHECK(fused.x_backprop.dtype() == dt);
-        CHECK(fused.scale_backprop.dtype() == dtype::float32);
+        const auto fused = fused_batch_norm_grad(in.dy, in.x, in.scale, m, v, at);
+        CHECK(fused.dx.dtype() == dt);
+        CHECK(fused.dscale.dtype() == dtype::float32);
         // The float32 result of the same inputs, rounded once to dt, differs from the fused
         // 16-bit result by at most one unit in the last place of dt (2^-10 or 2^-7 relative).
-        const auto ref = fused_batch_norm_grad(in.dy.to(dtype::float32), in.x.to(dtype::float32), in.scale, m, v, {},
-                                               at);
+        const auto ref = fused_batch_norm_grad(in.dy.to(dtype::float32), in.x.to(dtype::float32), in.scale, m, v, at);
         const double ulp = dt == dtype::float16 ? 0x1p-10 : 0x1p-7;
-        const auto got = to_vector(fused.x_backprop), want = to_vector(ref.x_backprop.to(dt));
+        const auto got = to_vector(fused.dx), want = to_vector(ref.dx.to(dt));
         for (std::size_t i = 0; i < got.size(); ++i)
             CHECK(std::abs(got[i] - want[i]) <= ulp * std::max(std::abs(want[i]), 0x1p-14));
-        check_close(fused.scale_backprop, ref.scale_backprop, 1e-6);
+        check_close(fused.dscale, ref.dscale, 1e-6);
         const auto f = fused_batch_norm(in.x, in.scale, in.offset, zeros({0}), zeros({0}), at);
         CHECK(f.y.dtype() == dt);
-        CHECK(f.batch_mean.dtype() == dtype::float32);
+        CHECK(f.running_mean.dtype() == dtype::float32);
     }
 }
 
@@ -283,8 +279,8 @@ namespace
             tensor rs1 = pop_mean, rs2 = pop_var;
             if (at.is_training)
                 std::tie(rs1, rs2) = batch_stats(a[1], a[2], offset, at);
-            const auto r = fused_batch_norm_grad(a[0], a[1], a[2], rs1, rs2, {}, at);
-            return args{r.x_backprop, r.scale_backprop, r.offset_backprop};
+            const auto r = fused_batch_norm_grad(a[0], a[1], a[2], rs1, rs2, at);
+            return args{r.dx, r.dscale, r.doffset};
         };
     }
 
@@ -297,7 +293,7 @@ namespace
             if (at.is_training)
                 std::tie(rs1, rs2) = batch_stats(a[4], a[5], offset, at);
             const auto r = fused_batch_norm_grad_grad(a[0], a[1], a[2], a[3], a[4], a[5], rs1, rs2, at);
-            return args{r.d_y_backprop, r.d_x, r.d_scale};
+            return args{r.d_dy, r.d_x, r.d_scale};
         };
     }
 
@@ -449,10 +445,10 @@ TEST_CASE("the contract's large shapes: [27, 131, 127, 6] and the empty [0, 131,
     const tensor scale = randn({6}, gen) + 1.0, offset = randn({6}, gen);
     batch_norm_attrs at;
     const auto f = fused_batch_norm(x, scale, offset, zeros({0}), zeros({0}), at);
-    const auto g = fused_batch_norm_grad(dy, x, scale, f.reserve_space_1, f.reserve_space_2, {}, at);
-    const auto c = batch_norm_grad_composite(dy.to(dtype::float64), x.to(dtype::float64), scale.to(dtype::float64),
-                                             f.reserve_space_1.to(dtype::float64), f.reserve_space_2.to(dtype::float64),
-                                             at);
+    const auto g = fused_batch_norm_grad(dy, x, scale, f.saved_mean, f.saved_var, at);
+    const auto c = detail::batch_norm_grad_composite(dy.to(dtype::float64), x.to(dtype::float64),
+                                                     scale.to(dtype::float64), f.saved_mean.to(dtype::float64),
+                                                     f.saved_var.to(dtype::float64), at);
     auto norm_rel = [](const tensor& got, const tensor& want) {
         const auto gv = to_vector(got), wv = to_vector(want);
         double diff = 0, mag = 0;
@@ -463,15 +459,15 @@ TEST_CASE("the contract's large shapes: [27, 131, 127, 6] and the empty [0, 131,
         }
         return diff / std::max(mag, 1e-30);
     };
-    CHECK(norm_rel(g.x_backprop, c.x_backprop) < 1e-4);
-    CHECK(norm_rel(g.scale_backprop, c.scale_backprop) < 1e-4);
-    CHECK(norm_rel(g.offset_backprop, c.offset_backprop) < 1e-4);
+    CHECK(norm_rel(g.dx, c.dx) < 1e-4);
+    CHECK(norm_rel(g.dscale, c.dscale) < 1e-4);
+    CHECK(norm_rel(g.doffset, c.doffset) < 1e-4);
     // The moments against float64 means of the same data.
     const tensor m64 = mean(x.to(dtype::float64), {0, 1, 2});
-    CHECK(norm_rel(f.reserve_space_1, m64) < 1e-5);
+    CHECK(norm_rel(f.saved_mean, m64) < 1e-5);
     const auto e = fused_batch_norm(zeros({0, 131, 127, 6}), scale, offset, zeros({0}), zeros({0}), at);
     CHECK(e.y.shape() == shape_type{0, 131, 127, 6});
-    for (double v : to_vector(e.batch_mean))
+    for (double v : to_vector(e.running_mean))
         CHECK(std::isnan(v));
 }
 
@@ -518,19 +514,20 @@ TEST_CASE("fused batch norm + ReLU: relu of the forward, and the composite gradi
                 CHECK(fr.y.dtype() == dt);
                 check_io_close(fr.y, relu(f.y), dt);
                 const double stol = dt == dtype::float64 ? 1e-12 : 1e-5; // per-channel: float64 or float32
-                for (const auto& [got, want] : {std::pair{fr.reserve_space_1, f.reserve_space_1},
-                                                {fr.reserve_space_2, f.reserve_space_2},
-                                                {fr.batch_mean, f.batch_mean},
-                                                {fr.batch_variance, f.batch_variance}})
+                for (const auto& [got, want] : {std::pair{fr.saved_mean, f.saved_mean},
+                                                {fr.saved_var, f.saved_var},
+                                                {fr.running_mean, f.running_mean},
+                                                {fr.running_var, f.running_var}})
                     check_close(got, want, stol);
-                const tensor rs1 = training ? fr.reserve_space_1 : in.pop_mean;
-                const tensor rs2 = training ? fr.reserve_space_2 : in.pop_var;
+                const tensor rs1 = training ? fr.saved_mean : in.pop_mean;
+                const tensor rs2 = training ? fr.saved_var : in.pop_var;
                 const auto g = fused_batch_norm_relu_grad(in.dy, in.x, fr.y, in.scale, rs1, rs2, at);
-                const auto want = batch_norm_grad_composite(relu_masked(in.dy, fr.y), in.x, in.scale, rs1, rs2, at);
-                CHECK(g.x_backprop.dtype() == dt);
-                check_io_close(g.x_backprop, want.x_backprop, dt);
-                check_close(g.scale_backprop, want.scale_backprop, stol);
-                check_close(g.offset_backprop, want.offset_backprop, stol);
+                const auto want = detail::batch_norm_grad_composite(relu_masked(in.dy, fr.y), in.x, in.scale, rs1, rs2,
+                                                                    at);
+                CHECK(g.dx.dtype() == dt);
+                check_io_close(g.dx, want.dx, dt);
+                check_close(g.dscale, want.dscale, stol);
+                check_close(g.doffset, want.doffset, stol);
             }
 }
 
@@ -548,12 +545,12 @@ TEST_CASE("fused batch norm + ReLU: autograd chain; second order equals autograd
             CHECK(fr.y.grad_fn()->name() == "fused_batch_norm_relu");
             // First order: the node's backward is the fused ReLU gradient, itself recorded.
             const auto g1 = grad({fr.y}, {l[1], l[2], l[3]}, {l[0]}, true, true);
-            const tensor rs1 = training ? fr.reserve_space_1 : in.pop_mean;
-            const tensor rs2 = training ? fr.reserve_space_2 : in.pop_var;
+            const tensor rs1 = training ? fr.saved_mean : in.pop_mean;
+            const tensor rs2 = training ? fr.saved_var : in.pop_var;
             const auto direct = fused_batch_norm_relu_grad(in.dy, in.x, fr.y.detach(), in.scale, rs1, rs2, at);
-            check_close(g1[0], direct.x_backprop, 1e-14);
-            check_close(g1[1], direct.scale_backprop, 1e-14);
-            check_close(g1[2], direct.offset_backprop, 1e-14);
+            check_close(g1[0], direct.dx, 1e-14);
+            check_close(g1[1], direct.dscale, 1e-14);
+            check_close(g1[2], direct.doffset, 1e-14);
             REQUIRE(g1[0].grad_fn());
             CHECK(g1[0].grad_fn()->name() == "fused_batch_norm_relu_grad");
             // Second order w.r.t. (dy, x, scale), against autograd of the composite gradient at
@@ -561,9 +558,9 @@ TEST_CASE("fused batch norm + ReLU: autograd chain; second order equals autograd
             const auto g2 = grad({g1[0], g1[1], g1[2]}, {l[0], l[1], l[2]}, {in.A, in.a, in.b});
             const args o = leaves({in.dy, in.x, in.scale});
             const auto [srs1, srs2] = training ? differentiable_stats(o[1], c) : std::pair{in.pop_mean, in.pop_var};
-            const auto first = batch_norm_grad_composite(relu_masked(o[0], fr.y.detach()), o[1], o[2], srs1, srs2, at);
-            const auto want = grad({first.x_backprop, first.scale_backprop, first.offset_backprop}, o,
-                                   {in.A, in.a, in.b});
+            const auto first = detail::batch_norm_grad_composite(relu_masked(o[0], fr.y.detach()), o[1], o[2], srs1,
+                                                                 srs2, at);
+            const auto want = grad({first.dx, first.dscale, first.doffset}, o, {in.A, in.a, in.b});
             for (std::size_t k = 0; k < 3; ++k)
                 check_close(g2[k], want[k], 1e-10);
         }
@@ -576,7 +573,7 @@ TEST_CASE("fused batch norm + ReLU: errors name the op and the argument; NaN sta
     CHECK_ERROR(fused_batch_norm_relu(in.x, ones({4}), in.offset, in.pop_mean, in.pop_var, at), xgrad::invalid_argument,
                 "fused_batch_norm_relu: scale must have the same number of elements as the channels of x, got 4 and 5");
     const auto fr = fused_batch_norm_relu(in.x, in.scale, in.offset, in.pop_mean, in.pop_var, at);
-    const tensor m = fr.reserve_space_1, v = fr.reserve_space_2;
+    const tensor m = fr.saved_mean, v = fr.saved_var;
     CHECK_ERROR(
         fused_batch_norm_relu_grad(in.dy, in.x, fr.y.to(dtype::float64), in.scale, m, v, at), xgrad::invalid_argument,
         "fused_batch_norm_relu_grad: y must have x's shape [2, 3, 2, 5] and dtype float32", "got [2, 3, 2, 5] float64");
@@ -585,7 +582,7 @@ TEST_CASE("fused batch norm + ReLU: errors name the op and the argument; NaN sta
     CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, tensor(), in.scale, m, v, at), xgrad::invalid_argument,
                 "fused_batch_norm_relu_grad: y must have", "(undefined)");
     CHECK_ERROR(fused_batch_norm_relu_grad(in.dy, in.x, fr.y, in.scale, m, ones({2}), at), xgrad::invalid_argument,
-                "fused_batch_norm_relu_grad: reserve_space_2 must have the same number of elements");
+                "fused_batch_norm_relu_grad: saved_var must have the same number of elements");
     std::vector<double> xv = to_vector(in.x);
     xv[0] = std::nan("");
     const tensor xn = from_host(xv.data(), in.x.shape(), dtype::float64).to(dtype::float32);

@@ -29,20 +29,18 @@ TEST_CASE("batch_norm_attrs: the contract's defaults, which the default argument
     const batch_norm_forward_result ref = fused_batch_norm(in.x, in.scale, in.offset, none, none,
                                                            make_attrs("NHWC", true, 0.0001f, 1.0f));
     check_same_bits(bn.y, ref.y, "y");
-    check_same_bits(bn.reserve_space_2, ref.reserve_space_2, "reserve_space_2");
+    check_same_bits(bn.saved_var, ref.saved_var, "saved_var");
 
-    // The default version is V3: it takes reserve_space_3 (here undefined) and every format.
-    const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                           bn.reserve_space_2, tensor());
-    const batch_norm_grad_result g3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                            bn.reserve_space_2, tensor(), make_attrs("NHWC", true),
-                                                            batch_norm_grad_version::v3);
-    check_same_bits(g.x_backprop, g3.x_backprop, "x_backprop");
-    check_same_bits(g.scale_backprop, g3.scale_backprop, "scale_backprop");
-    check_same_bits(g.offset_backprop, g3.offset_backprop, "offset_backprop");
+    // The gradient's default attributes are the same ones.
+    const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.saved_mean, bn.saved_var);
+    const batch_norm_grad_result g3 = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.saved_mean, bn.saved_var,
+                                                            make_attrs("NHWC", true));
+    check_same_bits(g.dx, g3.dx, "dx");
+    check_same_bits(g.dscale, g3.dscale, "dscale");
+    check_same_bits(g.doffset, g3.doffset, "doffset");
 }
 
-TEST_CASE("result structs: shapes and dtypes of every output, placeholders [0]")
+TEST_CASE("result structs: shapes and dtypes of every output")
 {
     for (const dtype dt : {dtype::float32, dtype::float16, dtype::bfloat16, dtype::float64})
     {
@@ -57,52 +55,29 @@ TEST_CASE("result structs: shapes and dtypes of every output, placeholders [0]")
                                                               make_attrs("NCHW", true, 1e-3f, 0.5f));
         CHECK(bn.y.shape() == in.x.shape());
         CHECK(bn.y.dtype() == dt);
-        for (const tensor* t : {&bn.batch_mean, &bn.batch_variance, &bn.reserve_space_1, &bn.reserve_space_2})
+        for (const tensor* t : {&bn.running_mean, &bn.running_var, &bn.saved_mean, &bn.saved_var})
         {
             CHECK(t->shape() == shape_type{4});
             CHECK(t->dtype() == sdt);
         }
-        CHECK(bn.reserve_space_3.shape() == shape_type{0});
-
-        for (const batch_norm_grad_version v : {batch_norm_grad_version::v2, batch_norm_grad_version::v3})
-        {
-            const tensor rs3 = v == batch_norm_grad_version::v2 ? tensor() : bn.reserve_space_3;
-            const batch_norm_grad_result g = fused_batch_norm_grad(
-                in.dy, in.x, in.scale, bn.reserve_space_1, bn.reserve_space_2, rs3, make_attrs("NCHW", true, 1e-3f), v);
-            CHECK(g.x_backprop.shape() == in.x.shape());
-            CHECK(g.x_backprop.dtype() == dt);
-            CHECK(g.scale_backprop.shape() == shape_type{4});
-            CHECK(g.offset_backprop.dtype() == sdt);
-            CHECK(g.placeholder_1.shape() == shape_type{0});
-            CHECK(g.placeholder_2.shape() == shape_type{0});
-            CHECK(g.placeholder_1.dtype() == sdt);
-        }
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.saved_mean, bn.saved_var,
+                                                               make_attrs("NCHW", true, 1e-3f));
+        CHECK(g.dx.shape() == in.x.shape());
+        CHECK(g.dx.dtype() == dt);
+        CHECK(g.dscale.shape() == shape_type{4});
+        CHECK(g.dscale.dtype() == sdt);
+        CHECK(g.doffset.shape() == shape_type{4});
+        CHECK(g.doffset.dtype() == sdt);
     }
 }
 
-TEST_CASE("the V2 gradient takes 4-D formats only; V3 takes the 5-D ones too")
+TEST_CASE("the gradient takes every format, the 5-D ones too (TensorFlow's V2 does not: the compatibility layer)")
 {
     const tensor x5 = zeros({1, 2, 2, 2, 3}), c = ones({3});
-    for (const char* format : {"NDHWC", "NCDHW"})
-    {
-        CAPTURE(format);
-        const batch_norm_attrs a = make_attrs(format, true);
-        std::string msg;
-        try
-        {
-            fused_batch_norm_grad(x5, x5, c, c, c, tensor(), a, batch_norm_grad_version::v2);
-        }
-        catch (const xgrad::invalid_argument& e)
-        {
-            msg = e.what();
-        }
-        CHECK(msg.find("FusedBatchNormGradV2") != std::string::npos);
-        CHECK(msg.find(format) != std::string::npos);
-    }
     // NCDHW with C on axis 1 is [1, 3, 2, 2, 2]; NDHWC with C last is x5 itself.
-    CHECK_NOTHROW(fused_batch_norm_grad(x5, x5, c, c, c, zeros({0}), make_attrs("NDHWC", true)));
+    CHECK_NOTHROW(fused_batch_norm_grad(x5, x5, c, c, c, make_attrs("NDHWC", true)));
     const tensor xc = zeros({1, 3, 2, 2, 2});
-    CHECK_NOTHROW(fused_batch_norm_grad(xc, xc, c, c, c, zeros({0}), make_attrs("NCDHW", true)));
+    CHECK_NOTHROW(fused_batch_norm_grad(xc, xc, c, c, c, make_attrs("NCDHW", true)));
 }
 
 TEST_CASE("autograd follows the thread's grad mode")
@@ -119,25 +94,22 @@ TEST_CASE("autograd follows the thread's grad mode")
         no_grad off;
         const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, none, none);
         CHECK_FALSE(bn.y.requires_grad());
-        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                               bn.reserve_space_2, bn.reserve_space_3);
-        CHECK_FALSE(g.x_backprop.requires_grad());
-        CHECK_FALSE(g.scale_backprop.requires_grad());
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.saved_mean, bn.saved_var);
+        CHECK_FALSE(g.dx.requires_grad());
+        CHECK_FALSE(g.dscale.requires_grad());
     }
     SUBCASE("recording: y and the gradients are differentiable, the statistics are not")
     {
         const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, none, none);
         CHECK(bn.y.requires_grad());
-        CHECK_FALSE(bn.batch_mean.requires_grad());
-        CHECK_FALSE(bn.batch_variance.requires_grad());
-        CHECK_FALSE(bn.reserve_space_1.requires_grad());
-        CHECK_FALSE(bn.reserve_space_2.requires_grad());
-        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                               bn.reserve_space_2, bn.reserve_space_3);
-        CHECK(g.x_backprop.requires_grad());
-        CHECK(g.scale_backprop.requires_grad());
-        CHECK(g.offset_backprop.requires_grad());
-        CHECK_FALSE(g.placeholder_1.requires_grad());
+        CHECK_FALSE(bn.running_mean.requires_grad());
+        CHECK_FALSE(bn.running_var.requires_grad());
+        CHECK_FALSE(bn.saved_mean.requires_grad());
+        CHECK_FALSE(bn.saved_var.requires_grad());
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.saved_mean, bn.saved_var);
+        CHECK(g.dx.requires_grad());
+        CHECK(g.dscale.requires_grad());
+        CHECK(g.doffset.requires_grad());
     }
 }
 
@@ -151,14 +123,13 @@ TEST_CASE("the gradient op agrees with autograd through the forward, and differe
         const batch_norm_attrs a = make_attrs("NCHW", training);
 
         const batch_norm_forward_result bn = fused_batch_norm(in.x, in.scale, in.offset, in.mean, in.variance, a);
-        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.reserve_space_1,
-                                                               bn.reserve_space_2, bn.reserve_space_3, a);
+        const batch_norm_grad_result g = fused_batch_norm_grad(in.dy, in.x, in.scale, bn.saved_mean, bn.saved_var, a);
         // The forward's backward runs the same gradient op: the same bits.
         const tensor xb = grad({bn.y}, {in.x}, {in.dy}, std::nullopt, /*create_graph=*/true)[0];
-        check_same_bits(g.x_backprop, xb, "x_backprop vs autograd");
+        check_same_bits(g.dx, xb, "dx vs autograd");
 
-        // Second order: d/dx sum(x_backprop^2), through the grad op and through double backward.
-        const tensor second = grad({sum(square(g.x_backprop))}, {in.x})[0];
+        // Second order: d/dx sum(dx^2), through the grad op and through double backward.
+        const tensor second = grad({sum(square(g.dx))}, {in.x})[0];
         const tensor second_ref = grad({sum(square(xb))}, {in.x})[0];
         const std::vector<double> s = to_vector(second), sr = to_vector(second_ref);
         REQUIRE(s.size() == sr.size());
@@ -178,8 +149,8 @@ TEST_CASE("batch_norm_moments: the training forward's statistics, bit for bit, i
         const batch_norm_attrs at = make_attrs(format, true);
         const batch_norm_forward_result f = fused_batch_norm(in.x, in.scale, in.offset, none, none, at);
         const batch_norm_moments_result m = batch_norm_moments(in.x, at);
-        check_same_bits(m.mean, f.reserve_space_1, "mean");
-        check_same_bits(m.variance, f.reserve_space_2, "variance");
+        check_same_bits(m.mean, f.saved_mean, "mean");
+        check_same_bits(m.variance, f.saved_var, "variance");
         CHECK_FALSE(m.mean.requires_grad());
         // The layout and the checks an op built on the batch norm reuses, naming that op.
         const batch_norm_layout L = check_batch_norm_forward(in.x, in.scale, in.offset, at, "my_op");

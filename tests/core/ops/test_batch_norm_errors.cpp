@@ -5,7 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "tests/support/check_error.hpp"
 #include "xgrad/xgrad.hpp"
@@ -27,9 +30,9 @@ namespace
     }
 
     batch_norm_grad_result grad(const tensor& dy, const tensor& x, const tensor& s, const tensor& m, const tensor& v,
-                                const batch_norm_attrs& a, batch_norm_grad_version ver = batch_norm_grad_version::v3)
+                                const batch_norm_attrs& a)
     {
-        return fused_batch_norm_grad(dy, x, s, m, v, {}, a, ver);
+        return fused_batch_norm_grad(dy, x, s, m, v, a);
     }
 }
 
@@ -53,22 +56,21 @@ TEST_CASE("grad rule 2: the rank the data format implies, and known formats")
     CHECK_BN_ERROR(grad(x5, x5, zeros({3}), zeros({3}), zeros({3}), attrs("NHWC")), "NHWC", "rank 5");
     CHECK_BN_ERROR(grad(x4, x4, zeros({3}), zeros({3}), zeros({3}), attrs("NDHWC")), "NDHWC", "rank 4");
     CHECK_BN_ERROR(grad(x4, x4, zeros({3}), zeros({3}), zeros({3}), attrs("NWHC")), "NWHC");
-    CHECK_BN_ERROR(grad(x5, x5, zeros({3}), zeros({3}), zeros({3}), attrs("NDHWC"), batch_norm_grad_version::v2),
-                   "NDHWC", "NHWC or NCHW");
 }
 
 TEST_CASE("grad rule 3: per-channel tensors are 1-D")
 {
     const tensor x = zeros({1, 2, 2, 3});
     CHECK_BN_ERROR(grad(x, x, zeros({1, 3}), zeros({3}), zeros({3}), attrs()), "scale must be 1-dimensional", "[1, 3]");
-    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3, 1}), zeros({3}), attrs()), "saved mean", "1-dimensional");
-    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({}), attrs()), "saved variance", "1-dimensional", "[]");
+    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3, 1}), zeros({3}), attrs()), "fused_batch_norm_grad: saved_mean",
+                   "1-dimensional");
+    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({}), attrs()), "saved_var", "1-dimensional", "[]");
 }
 
-TEST_CASE("grad rule 4: x and y_backprop have the same shape")
+TEST_CASE("grad rule 4: x and dy have the same shape")
 {
     CHECK_BN_ERROR(grad(zeros({1, 2, 2, 3}), zeros({1, 2, 1, 3}), zeros({3}), zeros({3}), zeros({3}), attrs()),
-                   "x and y_backprop must have same shape", "[1, 2, 1, 3]", "[1, 2, 2, 3]");
+                   "x and dy must have same shape", "[1, 2, 1, 3]", "[1, 2, 2, 3]");
 }
 
 TEST_CASE("grad rule 5: per-channel lengths equal C")
@@ -76,8 +78,8 @@ TEST_CASE("grad rule 5: per-channel lengths equal C")
     const tensor x = zeros({1, 2, 2, 3});
     CHECK_BN_ERROR(grad(x, x, zeros({2}), zeros({3}), zeros({3}), attrs()),
                    "scale must have the same number of elements as the channels of x, got 2 and 3");
-    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({4}), zeros({3}), attrs()), "reserve_space_1", "got 4 and 3");
-    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({1}), attrs()), "reserve_space_2", "got 1 and 3");
+    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({4}), zeros({3}), attrs()), "saved_mean", "got 4 and 3");
+    CHECK_BN_ERROR(grad(x, x, zeros({3}), zeros({3}), zeros({1}), attrs()), "saved_var", "got 1 and 3");
 }
 
 TEST_CASE("grad rule 6: zero channels")
@@ -122,7 +124,7 @@ TEST_CASE("grad rule 9: devices")
     }
     const device gpu = parse_device("cuda:0");
     const tensor x = ones({1, 1, 2, 3}), c = ones({3});
-    CHECK_THROWS_WITH_AS(fused_batch_norm_grad(x.to(gpu), x, c, c, c, tensor()), doctest::Contains("cuda:0"),
+    CHECK_THROWS_WITH_AS(fused_batch_norm_grad(x.to(gpu), x, c, c, c), doctest::Contains("cuda:0"),
                          std::invalid_argument);
 }
 
@@ -192,4 +194,42 @@ TEST_CASE("NaN and Inf propagate; they are not errors")
     const auto r = fused_batch_norm(x, ones({1}), zeros({1}), zeros({0}), zeros({0}), attrs());
     for (double v : to_vector(r.y))
         CHECK(std::isnan(v));
+}
+
+TEST_CASE("every error names the function called, in xgrad's own words")
+{
+    const tensor x = zeros({1, 2, 2, 3}), bad = zeros({4});
+    const tensor c = ones({3});
+    CHECK_BN_ERROR(fused_batch_norm(x, bad, c, c, c, attrs()), "fused_batch_norm: ", "scale");
+    CHECK_BN_ERROR(fused_batch_norm_relu(x, bad, c, c, c, attrs()), "fused_batch_norm_relu: ", "scale");
+    CHECK_BN_ERROR(fused_batch_norm_grad(x, x, c, bad, c, attrs()), "fused_batch_norm_grad: ", "saved_mean");
+    CHECK_BN_ERROR(fused_batch_norm_grad(zeros({1, 2, 2, 4}), x, c, c, c, attrs()),
+                   "fused_batch_norm_grad: ", "x and dy must have same shape");
+    CHECK_BN_ERROR(fused_batch_norm_relu_grad(x, x, x, c, c, bad, attrs()),
+                   "fused_batch_norm_relu_grad: ", "saved_var");
+    CHECK_BN_ERROR(batch_norm_grad_reduce(x, x, bad, attrs()), "batch_norm_grad_reduce: ", "saved_mean");
+    CHECK_BN_ERROR(fused_batch_norm_grad_grad(x, c, c, x, x, c, c, bad, attrs()),
+                   "fused_batch_norm_grad_grad: ", "saved_var");
+    // TensorFlow's op names and argument names belong to the compatibility layer alone.
+    for (const auto& run : std::vector<std::function<void()>>{
+             [&] { fused_batch_norm(x, bad, c, c, c, attrs()); },
+             [&] { fused_batch_norm_grad(x, x, c, bad, c, attrs()); },
+             [&] {
+                 fused_batch_norm_grad(zeros({1, 2, 2, 4}), x, c, c, c, attrs());
+             },
+         })
+    {
+        std::string msg;
+        try
+        {
+            run();
+        }
+        catch (const xgrad::invalid_argument& e)
+        {
+            msg = e.what();
+        }
+        CHECK(!msg.empty());
+        for (const char* tf_word : {"FusedBatchNorm", "reserve_space", "y_backprop", "backprop"})
+            CHECK_MESSAGE(msg.find(tf_word) == std::string::npos, msg);
+    }
 }

@@ -119,36 +119,34 @@ TEST_CASE("fused_batch_norm matches TensorFlow's FusedBatchNormV3")
                                         make_tensor(in.at("variance")), make_attrs(c.at("attrs")));
         const auto& out = c.at("outputs");
         check_output(r.y, out.at("y"), "y");
-        check_output(r.batch_mean, out.at("batch_mean"), "batch_mean");
-        check_output(r.batch_variance, out.at("batch_variance"), "batch_variance");
-        check_output(r.reserve_space_1, out.at("reserve_space_1"), "reserve_space_1");
-        check_output(r.reserve_space_2, out.at("reserve_space_2"), "reserve_space_2");
-        CHECK(r.reserve_space_3.shape() == shape_type{0});
+        // TensorFlow's names for xgrad's outputs: batch_mean/batch_variance are the running
+        // statistics, reserve_space_1/2 the saved ones.
+        check_output(r.running_mean, out.at("batch_mean"), "running_mean");
+        check_output(r.running_var, out.at("batch_variance"), "running_var");
+        check_output(r.saved_mean, out.at("reserve_space_1"), "saved_mean");
+        check_output(r.saved_var, out.at("reserve_space_2"), "saved_var");
     }
 }
 
 TEST_CASE("fused_batch_norm_grad matches TensorFlow's FusedBatchNormGradV3 and V2")
 {
+    // The V2 cases are 4-D, which fused_batch_norm_grad takes as V3 does; TensorFlow's empty
+    // outputs are the compatibility classes' (last test case).
     for (const char* file : {"grad_v3.json", "grad_v2.json"})
     {
         const json data = load(file);
-        const bool v2 = std::string(file) == "grad_v2.json";
         REQUIRE(data.at("cases").size() > 20);
         for (const auto& c : data.at("cases"))
         {
             INFO(c.at("name").get<std::string>());
             const auto& in = c.at("inputs");
-            const tensor rs3 = v2 ? tensor() : make_tensor(in.at("reserve_space_3"));
             const auto r = fused_batch_norm_grad(make_tensor(in.at("y_backprop")), make_tensor(in.at("x")),
                                                  make_tensor(in.at("scale")), make_tensor(in.at("reserve_space_1")),
-                                                 make_tensor(in.at("reserve_space_2")), rs3, make_attrs(c.at("attrs")),
-                                                 v2 ? batch_norm_grad_version::v2 : batch_norm_grad_version::v3);
+                                                 make_tensor(in.at("reserve_space_2")), make_attrs(c.at("attrs")));
             const auto& out = c.at("outputs");
-            check_output(r.x_backprop, out.at("x_backprop"), "x_backprop");
-            check_output(r.scale_backprop, out.at("scale_backprop"), "scale_backprop");
-            check_output(r.offset_backprop, out.at("offset_backprop"), "offset_backprop");
-            check_output(r.placeholder_1, out.at(v2 ? "reserve_space_3" : "reserve_space_4"), "placeholder 1");
-            check_output(r.placeholder_2, out.at(v2 ? "reserve_space_4" : "reserve_space_5"), "placeholder 2");
+            check_output(r.dx, out.at("x_backprop"), "dx");
+            check_output(r.dscale, out.at("scale_backprop"), "dscale");
+            check_output(r.doffset, out.at("offset_backprop"), "doffset");
         }
     }
 }
@@ -165,20 +163,20 @@ TEST_CASE("second-order gradients match TensorFlow's nested gradient tapes")
         const tensor x = make_tensor(in.at("x")), scale = make_tensor(in.at("scale")),
                      dy = make_tensor(in.at("y_backprop")), rs1 = make_tensor(in.at("reserve_space_1")),
                      rs2 = make_tensor(in.at("reserve_space_2"));
-        const auto first = fused_batch_norm_grad(dy, x, scale, rs1, rs2, {}, at);
-        check_output(first.x_backprop, c.at("outputs").at("x_backprop"), "x_backprop");
+        const auto first = fused_batch_norm_grad(dy, x, scale, rs1, rs2, at);
+        check_output(first.dx, c.at("outputs").at("x_backprop"), "dx");
         const auto r = fused_batch_norm_grad_grad(make_tensor(in.at("A")), make_tensor(in.at("a")),
                                                   make_tensor(in.at("b")), dy, x, scale, rs1, rs2, at);
-        check_output(r.d_y_backprop, c.at("outputs").at("d_y_backprop"), "d_y_backprop");
+        check_output(r.d_dy, c.at("outputs").at("d_y_backprop"), "d_dy");
         check_output(r.d_x, c.at("outputs").at("d_x"), "d_x");
         check_output(r.d_scale, c.at("outputs").at("d_scale"), "d_scale");
         // The same second order through autograd: the gradient op's own gradient.
         const tensor dyl = dy.detach().requires_grad_(), xl = x.detach().requires_grad_(),
                      sl = scale.detach().requires_grad_();
-        const auto g1 = fused_batch_norm_grad(dyl, xl, sl, rs1, rs2, {}, at);
-        const auto g2 = grad({g1.x_backprop, g1.scale_backprop, g1.offset_backprop}, {dyl, xl, sl},
+        const auto g1 = fused_batch_norm_grad(dyl, xl, sl, rs1, rs2, at);
+        const auto g2 = grad({g1.dx, g1.dscale, g1.doffset}, {dyl, xl, sl},
                              {make_tensor(in.at("A")), make_tensor(in.at("a")), make_tensor(in.at("b"))});
-        check_output(g2[0], c.at("outputs").at("d_y_backprop"), "d_y_backprop through autograd");
+        check_output(g2[0], c.at("outputs").at("d_y_backprop"), "d_dy through autograd");
         check_output(g2[1], c.at("outputs").at("d_x"), "d_x through autograd");
         check_output(g2[2], c.at("outputs").at("d_scale"), "d_scale through autograd");
     }

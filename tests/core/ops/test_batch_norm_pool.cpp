@@ -136,10 +136,10 @@ TEST_CASE("fused batch norm + ReLU + max pool: the values and first-order gradie
                     REQUIRE(fused.y.grad_fn());
                     CHECK(fused.y.grad_fn()->name() == "fused_batch_norm_relu_max_pool2d");
                     check_same_bits(fused.y, want);
-                    for (const auto& [got, ref] : {std::pair{fused.batch_mean, bn.batch_mean},
-                                                   {fused.batch_variance, bn.batch_variance},
-                                                   {fused.reserve_space_1, bn.reserve_space_1},
-                                                   {fused.reserve_space_2, bn.reserve_space_2}})
+                    for (const auto& [got, ref] : {std::pair{fused.running_mean, bn.running_mean},
+                                                   {fused.running_var, bn.running_var},
+                                                   {fused.saved_mean, bn.saved_mean},
+                                                   {fused.saved_var, bn.saved_var}})
                         check_same_bits(got, ref);
                     generator gen(22);
                     const tensor g = randn(want.shape(), gen, dtype::float64).to(dt);

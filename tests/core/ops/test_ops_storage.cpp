@@ -43,7 +43,7 @@ TEST_CASE("as_strided: views inside the storage, refused outside it")
     CHECK(to_vector(v) == std::vector<double>{2, 3, 4, 5, 6, 7});
     CHECK_FALSE(v.requires_grad());
     CHECK(to_vector(as_strided(flat, {3}, {0}, 7)) == std::vector<double>{7, 7, 7}); // a broadcast read
-    CHECK(as_strided(flat, {0, 5}, {100, 100}, 1000).numel() == 0);                    // addresses nothing
+    CHECK(as_strided(flat, {0, 5}, {100, 100}, 1000).numel() == 0);                  // addresses nothing
     // One element past the end, a negative stride or offset, mismatched lengths, overflow.
     CHECK_ERROR(as_strided(flat, {2, 3}, {3, 1}, 3), xgrad::invalid_argument, "as_strided", "reach element 8",
                 "storage of 8 float32 elements");
@@ -114,8 +114,7 @@ TEST_CASE("sgd_step, adam_step: in place or into new storage, the same values; r
     CHECK_ERROR(sgd_step(out, tensor(), p, zeros({4}, dtype::float64), tensor(), plain), xgrad::invalid_argument,
                 "grad", "float64");
     const tensor strided = as_strided(zeros({8}), {4}, {2}, 0);
-    CHECK_ERROR(sgd_step(strided, tensor(), p, g, tensor(), plain), xgrad::invalid_argument, "param_out",
-                "contiguous");
+    CHECK_ERROR(sgd_step(strided, tensor(), p, g, tensor(), plain), xgrad::invalid_argument, "param_out", "contiguous");
     CHECK_ERROR(sgd_step(g, tensor(), p, g, tensor(), plain), xgrad::invalid_argument, "param_out",
                 "shares storage with grad");
     CHECK_ERROR(sgd_step(out, tensor(), zeros({4}, dtype::int64), g, tensor(), plain), xgrad::invalid_argument,

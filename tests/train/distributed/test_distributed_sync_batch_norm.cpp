@@ -108,8 +108,8 @@ TEST_CASE("sync_batch_norm: y, statistics and gradients are the whole batch's, f
                 sum(res.y * shard(b.w, rows)).backward();
 
                 check_close(res.y, shard(ref.y, rows), dc.x_tol, "y");
-                check_close(res.mean, ref.reserve_space_1, dc.stats_tol, "mean");
-                check_close(res.variance, ref.reserve_space_2, dc.stats_tol, "variance");
+                check_close(res.mean, ref.saved_mean, dc.stats_tol, "mean");
+                check_close(res.variance, ref.saved_var, dc.stats_tol, "variance");
                 CHECK(res.count == R);
                 CHECK(res.mean.dtype() == stats_dtype(dc.dt));
                 CHECK_FALSE(res.mean.requires_grad());
@@ -205,8 +205,8 @@ TEST_CASE("sync_batch_norm: a group of one is plain batch norm")
             sum(res.y * b.w).backward();
 
             check_same(res.y, ref.y, "y");
-            check_same(res.mean, ref.reserve_space_1, "mean");
-            check_same(res.variance, ref.reserve_space_2, "variance");
+            check_same(res.mean, ref.saved_mean, "mean");
+            check_same(res.variance, ref.saved_var, "variance");
             CHECK(res.count == R);
             check_close(xs.grad(), xr.grad(), dc.x_tol, "x's gradient");
             check_close(gs.grad(), gr.grad(), dc.sum_tol, "scale's gradient");

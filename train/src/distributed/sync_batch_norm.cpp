@@ -197,12 +197,12 @@ namespace xgrad::distributed
             const batch_norm_grad_sums global{both.slice(0, 0, C), both.slice(0, C, 2 * C)};
             const batch_norm_grad_result r = batch_norm_grad_apply(dy, x, scale, mean, variance, global, count, attrs);
             if (count == local_count) // the whole batch is here: the global sums are the local ones
-                return {r.x_backprop, r.scale_backprop, r.offset_backprop};
+                return {r.dx, r.dscale, r.doffset};
             // scale and offset: the local sums (see sync_batch_norm.hpp). Σ over the ranks of
             // r·Σ_r dy (x - μ) is the whole batch's r·Σ dy (x - μ), so summing (or averaging, as
             // distributed_data_parallel does) these gives the whole batch's gradient.
             const tensor scale_grad = rsqrt(variance + static_cast<double>(attrs.epsilon)) * local.sum_dy_xc;
-            return {r.x_backprop, scale_grad, local.sum_dy};
+            return {r.dx, scale_grad, local.sum_dy};
         }
     }
 

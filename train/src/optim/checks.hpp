@@ -50,8 +50,7 @@ namespace xgrad::optim::detail
     inline void check_unit_interval(std::string_view who, const char* option, double v, bool closed)
     {
         if (!(v >= 0.0) || (closed ? !(v <= 1.0) : !(v < 1.0)))
-            fail_option(who,
-                        std::string(option) + " must be in [0, 1" + (closed ? "]" : ")") + ", got " + number(v));
+            fail_option(who, std::string(option) + " must be in [0, 1" + (closed ? "]" : ")") + ", got " + number(v));
     }
 
     /// Empty when t has the shape, dtype and device of p; otherwise what differs.

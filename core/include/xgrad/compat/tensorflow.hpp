@@ -2,9 +2,11 @@
 // xgrad::compat::tensorflow: a compatibility layer that mirrors TensorFlow's C++ API, for code
 // ported from it. It is not xgrad's own API: that is the snake_case free functions of
 // xgrad/ops/batch_norm.hpp (fused_batch_norm, fused_batch_norm_grad, with batch_norm_attrs),
-// which this layer calls. Its outputs are bit-identical to theirs, with the same formulas, checks,
-// error messages and autograd behaviour. xgrad/xgrad.hpp does not include this header; include it
-// explicitly:
+// which this layer calls. Its outputs are bit-identical to theirs, with the same formulas, checks
+// and autograd behaviour; its error messages name the TensorFlow op and TensorFlow's arguments
+// ("FusedBatchNormGradV3: reserve_space_1 must be ..." where fused_batch_norm_grad says
+// "fused_batch_norm_grad: saved_mean must be ..."). xgrad/xgrad.hpp does not include this header;
+// include it explicitly:
 //
 //     #include <xgrad/compat/tensorflow.hpp>
 //     namespace tf = xgrad::compat::tensorflow;
@@ -164,7 +166,8 @@ namespace xgrad::compat::tensorflow
 
         /// FusedBatchNormGradV3: the gradient of FusedBatchNormV3 w.r.t. x, scale and offset, given
         /// the gradient y_backprop of its y and its reserve spaces. Equals
-        /// xgrad::fused_batch_norm_grad with batch_norm_grad_version::v3.
+        /// xgrad::fused_batch_norm_grad (dy = y_backprop, saved_mean = reserve_space_1, saved_var =
+        /// reserve_space_2).
         class FusedBatchNormGradV3
         {
         public:
@@ -191,8 +194,7 @@ namespace xgrad::compat::tensorflow
         };
 
         /// FusedBatchNormGradV2: FusedBatchNormGradV3 without the reserve_space_3 input, for 4-D
-        /// tensors only (data_format "NHWC" or "NCHW"). Equals xgrad::fused_batch_norm_grad with
-        /// batch_norm_grad_version::v2.
+        /// tensors only (data_format "NHWC" or "NCHW"). Equals xgrad::fused_batch_norm_grad on them.
         class FusedBatchNormGradV2
         {
         public:

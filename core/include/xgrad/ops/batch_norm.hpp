@@ -1,12 +1,15 @@
 #pragma once
-// The fused batch-norm op family, with TensorFlow's FusedBatchNormV3 / FusedBatchNormGradV3 /
-// FusedBatchNormGradV2 semantics (core/src/ops/batch_norm*.cpp). The contract is
-// docs/batch_norm_contract.md; docs/batch_norm.md is the reference (formulas, dtypes,
-// layouts, errors, derivations).
+// The fused batch-norm op family (core/src/ops/batch_norm*.cpp): the forward, its gradient and
+// the gradient's gradient, each one fused op, with the semantics of TensorFlow's
+// FusedBatchNormV3 / FusedBatchNormGradV3. The contract is docs/batch_norm_contract.md;
+// docs/batch_norm.md is the reference (formulas, dtypes, layouts, errors, derivations).
 //
-// These snake_case free functions are xgrad's own API for batch norm. The TensorFlow-shaped
-// classes (Scope, ops::FusedBatchNormV3, ...) are a compatibility layer for porting, in
-// xgrad/compat/tensorflow.hpp, built on these functions.
+// These free functions are xgrad's own API, in its own words: the forward saves the statistics
+// its gradient needs as saved_mean and saved_var (what TensorFlow calls reserve_space_1 and _2),
+// and the gradient returns dx, dscale and doffset. Errors name the function called. The
+// TensorFlow-shaped classes (Scope, ops::FusedBatchNormV3, ops::FusedBatchNormGradV3 and V2,
+// with TensorFlow's names and messages) are a compatibility layer for porting, in
+// xgrad/compat/tensorflow.hpp, built on the same code.
 //
 // Shapes: x is rank 4 (data_format "NHWC" or "NCHW") or rank 5 ("NDHWC", "NCDHW"); C is its
 // channel extent and every per-channel tensor is 1-D of length C. dtypes: x-like tensors
@@ -15,13 +18,13 @@
 // shapes, dtypes or attribute, before any output is written.
 //
 // Autograd: y of the forward is differentiable w.r.t. x, scale and offset (the other outputs
-// are not); the gradient op's outputs are differentiable w.r.t. y_backprop, x and scale (a
-// fused second-order op), and that op is differentiable again, to any order. The reserve
-// spaces, mean, variance and epsilon get no gradient.
+// are not); the gradient op's outputs are differentiable w.r.t. dy, x and scale (a
+// fused second-order op), and that op is differentiable again, to any order. The saved and
+// running statistics, mean, variance and epsilon get no gradient.
 //
 // ReLU fusion: fused_batch_norm_relu is relu(fused_batch_norm(...).y) in one pass, and
 // fused_batch_norm_relu_grad its gradient, fused_batch_norm_grad of the masked
-// where(y > 0, y_backprop, 0), also in one pass (docs/batch_norm.md, section 1.8).
+// where(y > 0, dy, 0), also in one pass (docs/batch_norm.md, section 1.8).
 // fused_batch_norm_relu_max_pool2d adds the max pooling that usually follows: one autograd
 // node whose backward never reads the full-size ReLU output (section 1.9).
 #include <string>
@@ -45,11 +48,21 @@ namespace xgrad
 
     struct batch_norm_forward_result
     {
-        tensor y, batch_mean, batch_variance, reserve_space_1, reserve_space_2, reserve_space_3;
+        /// The normalised x (x's shape and dtype).
+        tensor y;
+        /// The running statistics after this call, [C]: in training (1 - f) mean + f batch
+        /// mean and (1 - f) variance + f unbiased batch variance, f = exponential_avg_factor;
+        /// in inference, copies of mean and variance.
+        tensor running_mean, running_var;
+        /// What the gradient needs, [C]: the batch mean and biased batch variance (training),
+        /// or copies of mean and variance (inference).
+        tensor saved_mean, saved_var;
     };
 
-    /// FusedBatchNormV3. mean/variance may be empty when is_training and
-    /// exponential_avg_factor == 1 (they are not read then).
+    /// Batch normalisation of x: y = (x - m) / sqrt(v + epsilon) * scale + offset per channel,
+    /// with the batch's statistics m, v (training) or the given mean and variance (inference).
+    /// mean/variance may be empty when is_training and exponential_avg_factor == 1 (they are
+    /// not read then).
     batch_norm_forward_result fused_batch_norm(const tensor& x, const tensor& scale, const tensor& offset,
                                                const tensor& mean, const tensor& variance,
                                                const batch_norm_attrs& attrs = {});
@@ -58,7 +71,7 @@ namespace xgrad
     /// checks, errors naming "fused_batch_norm_relu"), except y = max(y_bn, 0) (NaN stays NaN),
     /// applied by the kernels as they store y, so no pre-activation tensor is written.
     /// Autograd: y is differentiable w.r.t. x, scale and offset; its backward is
-    /// fused_batch_norm_relu_grad with this y and the reserve spaces. ReLU's derivative at 0 is
+    /// fused_batch_norm_relu_grad with this y and the saved statistics. ReLU's derivative at 0 is
     /// taken as 0 (an element with y == 0 gets no gradient), as in xgrad::relu.
     batch_norm_forward_result fused_batch_norm_relu(const tensor& x, const tensor& scale, const tensor& offset,
                                                     const tensor& mean, const tensor& variance,
@@ -80,38 +93,28 @@ namespace xgrad
 
     struct batch_norm_grad_result
     {
-        tensor x_backprop, scale_backprop, offset_backprop;
-        /// The two empty placeholder outputs (shape [0], the statistics dtype): V3's
-        /// reserve_space_4/5, V2's reserve_space_3/4.
-        tensor placeholder_1, placeholder_2;
+        /// The gradients w.r.t. x (x's shape and dtype), scale and offset ([C]).
+        tensor dx, dscale, doffset;
     };
 
-    enum class batch_norm_grad_version
-    {
-        v2, // FusedBatchNormGradV2: data_format NHWC or NCHW, no reserve_space_3 input
-        v3  // FusedBatchNormGradV3: all four formats; reserve_space_3 accepted and ignored
-    };
-
-    /// FusedBatchNormGradV3 (or V2). reserve_space_1/2: batch mean and biased variance
-    /// (training) or the population mean and variance (inference). reserve_space_3 may be
-    /// undefined for V2.
-    batch_norm_grad_result fused_batch_norm_grad(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
-                                                 const tensor& reserve_space_3, const batch_norm_attrs& attrs = {},
-                                                 batch_norm_grad_version version = batch_norm_grad_version::v3);
+    /// The gradient of fused_batch_norm w.r.t. x, scale and offset, given dy (the gradient of
+    /// its y) and its saved_mean and saved_var; attrs as in the forward (epsilon, data_format,
+    /// is_training: whether the statistics were the batch's, and so depend on x).
+    batch_norm_grad_result fused_batch_norm_grad(const tensor& dy, const tensor& x, const tensor& scale,
+                                                 const tensor& saved_mean, const tensor& saved_var,
+                                                 const batch_norm_attrs& attrs = {});
 
     /// The gradient of fused_batch_norm_relu: fused_batch_norm_grad (V3 formats) evaluated at the
-    /// masked cotangent where(y > 0, y_backprop, 0), the mask applied by the kernel as it loads
-    /// y_backprop. y is the fused op's output (x's shape, dtype and device, else
+    /// masked cotangent where(y > 0, dy, 0), the mask applied by the kernel as it loads
+    /// dy. y is the fused op's output (x's shape, dtype and device, else
     /// xgrad::invalid_argument naming y); the other arguments and checks are those of
     /// fused_batch_norm_grad, with "fused_batch_norm_relu_grad" in the messages. Differentiable
-    /// w.r.t. y_backprop, x and scale, to any order: the mask is constant almost everywhere, so
-    /// the backward is fused_batch_norm_grad_grad at the masked y_backprop, with its
-    /// d_y_backprop masked too. y gets no gradient.
-    batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& y_backprop, const tensor& x, const tensor& y,
-                                                      const tensor& scale, const tensor& reserve_space_1,
-                                                      const tensor& reserve_space_2,
-                                                      const batch_norm_attrs& attrs = {});
+    /// w.r.t. dy, x and scale, to any order: the mask is constant almost everywhere, so
+    /// the backward is fused_batch_norm_grad_grad at the masked dy, with its
+    /// d_dy masked too. y gets no gradient.
+    batch_norm_grad_result fused_batch_norm_relu_grad(const tensor& dy, const tensor& x, const tensor& y,
+                                                      const tensor& scale, const tensor& saved_mean,
+                                                      const tensor& saved_var, const batch_norm_attrs& attrs = {});
 
     // --- the training-mode gradient as its two phases (not recorded by autograd) -------------
     /// Phase 1, a per-channel reduction: sum_dy = Σdy, sum_dy_xc = Σdy·(x − μ). A data-parallel
@@ -120,13 +123,13 @@ namespace xgrad
     {
         tensor sum_dy, sum_dy_xc;
     };
-    batch_norm_grad_sums batch_norm_grad_reduce(const tensor& y_backprop, const tensor& x,
-                                                const tensor& reserve_space_1, const batch_norm_attrs& attrs = {});
+    batch_norm_grad_sums batch_norm_grad_reduce(const tensor& dy, const tensor& x, const tensor& saved_mean,
+                                                const batch_norm_attrs& attrs = {});
     /// Phase 2, elementwise given the (possibly all-reduced) sums and the total element count
-    /// per channel R (over every replica). Returns x_backprop, scale_backprop = r·sum_dy_xc and
-    /// offset_backprop = sum_dy.
-    batch_norm_grad_result batch_norm_grad_apply(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                                                 const tensor& reserve_space_1, const tensor& reserve_space_2,
+    /// per channel R (over every replica). Returns dx, dscale = r·sum_dy_xc and
+    /// doffset = sum_dy.
+    batch_norm_grad_result batch_norm_grad_apply(const tensor& dy, const tensor& x, const tensor& scale,
+                                                 const tensor& saved_mean, const tensor& saved_var,
                                                  const batch_norm_grad_sums& sums, std::int64_t count,
                                                  const batch_norm_attrs& attrs = {});
 
@@ -169,27 +172,15 @@ namespace xgrad
     // --- second order ------------------------------------------------------------------------
     struct batch_norm_grad_grad_result
     {
-        tensor d_y_backprop, d_x, d_scale;
+        /// The vector-Jacobian products w.r.t. dy, x and scale.
+        tensor d_dy, d_x, d_scale;
     };
-    /// The gradient of fused_batch_norm_grad: given cotangents A (of x_backprop), a (of
-    /// scale_backprop) and b (of offset_backprop), the vector-Jacobian products w.r.t.
-    /// y_backprop, x and scale (training: batch statistics as functions of x). Two passes over
+    /// The gradient of fused_batch_norm_grad: given cotangents A (of dx), a (of
+    /// dscale) and b (of doffset), the vector-Jacobian products w.r.t.
+    /// dy, x and scale (training: batch statistics as functions of x). Two passes over
     /// memory. Differentiable itself (its gradient is that of the composite formula).
     batch_norm_grad_grad_result fused_batch_norm_grad_grad(const tensor& A, const tensor& a, const tensor& b,
-                                                           const tensor& y_backprop, const tensor& x,
-                                                           const tensor& scale, const tensor& reserve_space_1,
-                                                           const tensor& reserve_space_2,
+                                                           const tensor& dy, const tensor& x, const tensor& scale,
+                                                           const tensor& saved_mean, const tensor& saved_var,
                                                            const batch_norm_attrs& attrs = {});
-
-    // --- composite formulas (the oracles, written with primitive ops) -------------------------
-    /// Section 4 of the contract with xgrad's ops: x_backprop, scale_backprop, offset_backprop.
-    batch_norm_grad_result batch_norm_grad_composite(const tensor& y_backprop, const tensor& x, const tensor& scale,
-                                                     const tensor& reserve_space_1, const tensor& reserve_space_2,
-                                                     const batch_norm_attrs& attrs = {});
-    /// Section 5 of the contract with xgrad's ops (training: mean and variance recomputed from x).
-    batch_norm_grad_grad_result batch_norm_grad_grad_composite(const tensor& A, const tensor& a, const tensor& b,
-                                                               const tensor& y_backprop, const tensor& x,
-                                                               const tensor& scale, const tensor& reserve_space_1,
-                                                               const tensor& reserve_space_2,
-                                                               const batch_norm_attrs& attrs = {});
 }

@@ -14,7 +14,7 @@
 //              (Bessel's correction; R = elements per channel), with f = momentum, or
 //              f = 1 / num_batches_tracked (a cumulative average) when momentum is nullopt;
 //              num_batches_tracked counts the updates. This is the op with is_training = true
-//              and exponential_avg_factor = f: the op's batch_mean / batch_variance outputs.
+//              and exponential_avg_factor = f: the op's running_mean / running_var outputs.
 //   eval:      y = (x - running_mean_c) / sqrt(running_var_c + eps) * scale_c + offset_c
 //              (the op with is_training = false); nothing is updated. Without
 //              track_running_stats there are no running statistics, and eval normalises with
