@@ -3,7 +3,7 @@
 // whole and partial batches (masked at AVX-512, through a small buffer below), the 16-bit
 // tensor types converted in registers (bfloat16 with integer operations or, for the
 // avx512bw_bf16 tag, AVX512-BF16's vcvtneps2bf16; float16 with F16C or, at SSE2, per lane),
-// and non-temporal stores. Included ONLY by simd_impl.hpp, for the
+// and non-temporal stores. Included ONLY through simd_impl.hpp (by simd_terms.hpp), for the
 // per-instruction-set translation units; the same rule holds: every helper is a template on
 // the architecture (or a constant), so no translation unit can hand its copy to another.
 #include <cstdint>

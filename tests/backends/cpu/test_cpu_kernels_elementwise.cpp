@@ -8,7 +8,7 @@
 //   selections.
 // - exp, log, tanh, sigmoid: 4 ulp. Measured over 7*10^7 float32 and 2*10^7 float64 inputs
 //   spanning every exponent, the fast kernels differ from glibc's by at most 3 ulp (exp beyond
-//   |x| > 80 resp. 700 and float32 sigmoid; 1-2 elsewhere, see simd/kernels_impl.hpp), and
+//   |x| > 80 resp. 700 and float32 sigmoid; 1-2 elsewhere, see simd/elementwise_impl.hpp), and
 //   glibc is within 1 ulp of the true value; 4 leaves one ulp of margin.
 #include <doctest/doctest.h>
 
