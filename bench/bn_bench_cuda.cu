@@ -96,14 +96,206 @@ namespace
         std::sort(v.begin(), v.end());
         return v.empty() ? NAN : v[v.size() / 2];
     }
+
+    /// What every case shares: the repetitions, the L2 flush buffer, the timing events and
+    /// (with cuDNN) its handle.
+    struct bench_env
+    {
+        int reps = 20;
+        void* flush = nullptr;
+        std::size_t flush_bytes = 0;
+        cudaEvent_t t0{}, t1{};
+#ifdef XGRAD_BENCH_HAVE_CUDNN
+        cudnnHandle_t cudnn = nullptr;
+#endif
+    };
+
+    /// One case's layout and dtype.
+    struct bench_case
+    {
+        shape4 s;
+        bool nhwc, training;
+        xgrad::dtype dt;
+        double eps;
+    };
+
+    /// One case's device buffers.
+    struct case_buffers
+    {
+        void *x, *dy, *dx, *copy_dst;
+        float *scale, *mean, *var, *sums, *inv_std;
+    };
+
+    case_buffers make_buffers(std::int64_t n, std::int64_t C, xgrad::dtype dt, double eps)
+    {
+        case_buffers b{};
+        b.x = device_random(n, dt, 1, -2, 2);
+        b.dy = device_random(n, dt, 2, -1, 1);
+        b.dx = device_random(n, dt, 3, 0, 1);
+        b.copy_dst = device_random(n, dt, 4, 0, 1);
+        b.scale = static_cast<float*>(device_random(C, xgrad::dtype::float32, 5, 0.5f, 1.5f));
+        b.mean = static_cast<float*>(device_random(C, xgrad::dtype::float32, 6, -0.1f, 0.1f));
+        b.var = static_cast<float*>(device_random(C, xgrad::dtype::float32, 7, 0.5f, 2.0f));
+        b.sums = static_cast<float*>(device_random(4 * C, xgrad::dtype::float32, 8, 0, 1));
+        // cuDNN wants the saved inverse standard deviation 1/sqrt(var + eps).
+        std::vector<float> hv(static_cast<std::size_t>(C));
+        check(cudaMemcpy(hv.data(), b.var, C * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        for (auto& v : hv)
+            v = 1.0f / std::sqrt(v + static_cast<float>(eps));
+        b.inv_std = static_cast<float*>(device_random(C, xgrad::dtype::float32, 9, 0, 1));
+        check(cudaMemcpy(b.inv_std, hv.data(), C * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+        return b;
+    }
+
+    void free_buffers(const case_buffers& b)
+    {
+        for (void* p : {b.x, b.dy, b.dx, b.copy_dst, static_cast<void*>(b.scale), static_cast<void*>(b.mean),
+                        static_cast<void*>(b.var), static_cast<void*>(b.sums), static_cast<void*>(b.inv_std)})
+            cudaFree(p);
+    }
+
+#ifdef XGRAD_BENCH_HAVE_CUDNN
+    /// cuDNN's backward for one case: its descriptors and the faster of its modes (ok = false
+    /// when there is no handle, in inference, or when cuDNN refuses the case).
+    struct cudnn_peer
+    {
+        cudnnTensorDescriptor_t xd = nullptr, pd = nullptr;
+        cudnnBatchNormMode_t best_mode = CUDNN_BATCHNORM_SPATIAL;
+        bool ok = false;
+
+        cudnnStatus_t call(const bench_env& env, cudnnBatchNormMode_t mode, const case_buffers& b, std::int64_t C,
+                           double eps) const
+        {
+            const float one = 1.0f, zero = 0.0f;
+            return cudnnBatchNormalizationBackward(env.cudnn, mode, &one, &zero, &one, &zero, xd, b.x, xd, b.dy, xd,
+                                                   b.dx, pd, b.scale, b.sums + 2 * C, b.sums + 3 * C, eps, b.mean,
+                                                   b.inv_std);
+        }
+
+        void destroy()
+        {
+            if (xd)
+                cudnnDestroyTensorDescriptor(xd);
+            if (pd)
+                cudnnDestroyTensorDescriptor(pd);
+        }
+    };
+
+    cudnn_peer pick_cudnn(const bench_env& env, const bench_case& k, const case_buffers& b)
+    {
+        cudnn_peer peer;
+        if (!env.cudnn || !k.training)
+            return peer;
+        const shape4& s = k.s;
+        const std::int64_t C = s.c;
+        cudnnCreateTensorDescriptor(&peer.xd);
+        cudnnCreateTensorDescriptor(&peer.pd);
+        cudnnSetTensor4dDescriptor(peer.xd, k.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                   k.dt == xgrad::dtype::float32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16,
+                                   static_cast<int>(s.n), static_cast<int>(s.c), static_cast<int>(s.h),
+                                   static_cast<int>(s.w));
+        float best = INFINITY;
+        for (const auto mode : {CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT})
+        {
+            if (cudnnDeriveBNTensorDescriptor(peer.pd, peer.xd, mode) != CUDNN_STATUS_SUCCESS)
+                continue;
+            const auto call = [&] { return peer.call(env, mode, b, C, k.eps); };
+            if (call() != CUDNN_STATUS_SUCCESS)
+                continue;
+            float ms = 0;
+            for (int r = 0; r < 3; ++r)
+                ms = timed(call, env.flush, env.flush_bytes, env.t0, env.t1);
+            if (ms < best)
+            {
+                best = ms;
+                peer.best_mode = mode;
+                peer.ok = true;
+            }
+        }
+        if (peer.ok)
+            cudnnDeriveBNTensorDescriptor(peer.pd, peer.xd, peer.best_mode);
+        return peer;
+    }
+#endif
+
+    /// The case's line (GB/s from the median times; t_p is empty when there is no peer).
+    void print_case(const bench_case& k, std::size_t item, const std::vector<float>& t_x, const std::vector<float>& t_c,
+                    const std::vector<float>& t_p, bool peer_ok)
+    {
+        const shape4& s = k.s;
+        const std::int64_t n = s.numel();
+        const double bytes3 = 3.0 * static_cast<double>(n * item), bytes2 = 2.0 * static_cast<double>(n * item);
+        const double gx = bytes3 / (median(t_x) * 1e6), gc = bytes2 / (median(t_c) * 1e6);
+        const double gp = peer_ok ? bytes3 / (median(t_p) * 1e6) : NAN;
+        std::printf("case=grad_%s_%s_%s_%lldx%lldx%lldx%lld xgrad_gbps=%.1f copy_gbps=%.1f of_copy=%.2f "
+                    "peer=%s peer_gbps=%.1f ratio=%.2f\n",
+                    k.training ? "train" : "infer", k.nhwc ? "nhwc" : "nchw",
+                    k.dt == xgrad::dtype::float32 ? "f32" : "bf16", static_cast<long long>(s.n),
+                    static_cast<long long>(s.c), static_cast<long long>(s.h), static_cast<long long>(s.w), gx, gc,
+                    gx / gc, peer_ok ? "cudnn" : "none", gp, gx / gp);
+        std::fflush(stdout);
+    }
+
+    /// Times one case (xgrad, the copy and the peer) and prints its line.
+    void run_case(const bench_env& env, const bench_case& k)
+    {
+        const shape4& s = k.s;
+        const bool training = k.training;
+        const xgrad::dtype dt = k.dt;
+        const double eps = k.eps;
+        const std::int64_t n = s.numel(), C = s.c;
+        const std::int64_t outer = k.nhwc ? s.n * s.h * s.w : s.n, inner = k.nhwc ? 1 : s.h * s.w;
+        const std::size_t item = dt == xgrad::dtype::float32 ? 4 : 2;
+        const case_buffers b = make_buffers(n, C, dt, eps);
+
+        const auto run_xgrad = [&] {
+            if (training)
+                xgrad::cuda::bn_grad_training(b.dx, b.sums, b.sums + C, b.dy, b.x, nullptr, b.scale, b.mean, b.var, eps,
+                                              dt, outer, C, inner);
+            else
+                xgrad::cuda::bn_grad_inference(b.dx, b.sums, b.sums + C, b.dy, b.x, nullptr, b.scale, b.mean, b.var,
+                                               eps, dt, outer, C, inner);
+        };
+        const auto run_copy = [&] {
+            check(cudaMemcpyAsync(b.copy_dst, b.x, n * item, cudaMemcpyDeviceToDevice, 0), "copy");
+        };
+        std::vector<float> t_x, t_c, t_p;
+        bool peer_ok = false;
+#ifdef XGRAD_BENCH_HAVE_CUDNN
+        cudnn_peer peer = pick_cudnn(env, k, b);
+        peer_ok = peer.ok;
+#endif
+        for (int r = 0; r < 3; ++r) // warm-up
+        {
+            run_xgrad();
+            run_copy();
+        }
+        check(cudaDeviceSynchronize(), "warm-up");
+        for (int r = 0; r < env.reps; ++r)
+        {
+            t_x.push_back(timed(run_xgrad, env.flush, env.flush_bytes, env.t0, env.t1));
+            t_c.push_back(timed(run_copy, env.flush, env.flush_bytes, env.t0, env.t1));
+#ifdef XGRAD_BENCH_HAVE_CUDNN
+            if (peer_ok)
+                t_p.push_back(timed([&] { peer.call(env, peer.best_mode, b, C, eps); }, env.flush, env.flush_bytes,
+                                    env.t0, env.t1));
+#endif
+        }
+        check(cudaGetLastError(), "kernels");
+        print_case(k, item, t_x, t_c, t_p, peer_ok);
+#ifdef XGRAD_BENCH_HAVE_CUDNN
+        peer.destroy();
+#endif
+        free_buffers(b);
+    }
 }
 
 int main(int argc, char** argv)
 {
-    int reps = 20;
+    bench_env env;
     for (int i = 1; i < argc; ++i)
         if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = std::max(1, std::atoi(argv[++i]));
+            env.reps = std::max(1, std::atoi(argv[++i]));
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     {
@@ -114,19 +306,16 @@ int main(int argc, char** argv)
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     std::printf("machine: gpu=\"%s\" sms=%d l2_bytes=%d\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize);
 #ifdef XGRAD_BENCH_HAVE_CUDNN
-    cudnnHandle_t cudnn = nullptr;
-    if (cudnnCreate(&cudnn) != CUDNN_STATUS_SUCCESS)
-        cudnn = nullptr;
+    if (cudnnCreate(&env.cudnn) != CUDNN_STATUS_SUCCESS)
+        env.cudnn = nullptr;
     std::printf("bn_bench_cuda: cudnn=%zu\n", cudnnGetVersion());
 #else
     std::printf("bn_bench_cuda: cudnn=none\n");
 #endif
-    const std::size_t flush_bytes = std::max<std::size_t>(4 * static_cast<std::size_t>(prop.l2CacheSize), 1 << 28);
-    void* flush = nullptr;
-    check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
-    cudaEvent_t t0, t1;
-    check(cudaEventCreate(&t0), "event");
-    check(cudaEventCreate(&t1), "event");
+    env.flush_bytes = std::max<std::size_t>(4 * static_cast<std::size_t>(prop.l2CacheSize), 1 << 28);
+    check(cudaMalloc(&env.flush, env.flush_bytes), "cudaMalloc");
+    check(cudaEventCreate(&env.t0), "event");
+    check(cudaEventCreate(&env.t1), "event");
 
     const shape4 shapes[] = {{32, 64, 56, 56}, {64, 128, 28, 28}, {256, 32, 14, 14}, {128, 16, 28, 28}};
     const double eps = 1e-3;
@@ -134,123 +323,7 @@ int main(int argc, char** argv)
         for (const bool nhwc : {true, false})
             for (const bool training : {true, false})
                 for (const xgrad::dtype dt : {xgrad::dtype::float32, xgrad::dtype::bfloat16})
-                {
-                    const std::int64_t n = s.numel(), C = s.c;
-                    const std::int64_t outer = nhwc ? s.n * s.h * s.w : s.n, inner = nhwc ? 1 : s.h * s.w;
-                    const std::size_t item = dt == xgrad::dtype::float32 ? 4 : 2;
-                    void* x = device_random(n, dt, 1, -2, 2);
-                    void* dy = device_random(n, dt, 2, -1, 1);
-                    void* dx = device_random(n, dt, 3, 0, 1);
-                    void* copy_dst = device_random(n, dt, 4, 0, 1);
-                    float* scale = static_cast<float*>(device_random(C, xgrad::dtype::float32, 5, 0.5f, 1.5f));
-                    float* mean = static_cast<float*>(device_random(C, xgrad::dtype::float32, 6, -0.1f, 0.1f));
-                    float* var = static_cast<float*>(device_random(C, xgrad::dtype::float32, 7, 0.5f, 2.0f));
-                    float* sums = static_cast<float*>(device_random(4 * C, xgrad::dtype::float32, 8, 0, 1));
-                    // cuDNN wants the saved inverse standard deviation 1/sqrt(var + eps).
-                    std::vector<float> hv(static_cast<std::size_t>(C));
-                    check(cudaMemcpy(hv.data(), var, C * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
-                    for (auto& v : hv)
-                        v = 1.0f / std::sqrt(v + static_cast<float>(eps));
-                    float* inv_std = static_cast<float*>(device_random(C, xgrad::dtype::float32, 9, 0, 1));
-                    check(cudaMemcpy(inv_std, hv.data(), C * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-
-                    const auto run_xgrad = [&] {
-                        if (training)
-                            xgrad::cuda::bn_grad_training(dx, sums, sums + C, dy, x, nullptr, scale, mean, var, eps, dt,
-                                                          outer, C, inner);
-                        else
-                            xgrad::cuda::bn_grad_inference(dx, sums, sums + C, dy, x, nullptr, scale, mean, var, eps,
-                                                           dt, outer, C, inner);
-                    };
-                    const auto run_copy = [&] {
-                        check(cudaMemcpyAsync(copy_dst, x, n * item, cudaMemcpyDeviceToDevice, 0), "copy");
-                    };
-                    std::vector<float> t_x, t_c, t_p;
-                    bool peer_ok = false;
-#ifdef XGRAD_BENCH_HAVE_CUDNN
-                    cudnnTensorDescriptor_t xd = nullptr, pd = nullptr;
-                    cudnnBatchNormMode_t best_mode = CUDNN_BATCHNORM_SPATIAL;
-                    if (cudnn && training)
-                    {
-                        cudnnCreateTensorDescriptor(&xd);
-                        cudnnCreateTensorDescriptor(&pd);
-                        cudnnSetTensor4dDescriptor(xd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                                   dt == xgrad::dtype::float32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16,
-                                                   static_cast<int>(s.n), static_cast<int>(s.c), static_cast<int>(s.h),
-                                                   static_cast<int>(s.w));
-                        const float one = 1.0f, zero = 0.0f;
-                        float best = INFINITY;
-                        for (const auto mode : {CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_SPATIAL_PERSISTENT})
-                        {
-                            if (cudnnDeriveBNTensorDescriptor(pd, xd, mode) != CUDNN_STATUS_SUCCESS)
-                                continue;
-                            const auto call = [&] {
-                                return cudnnBatchNormalizationBackward(cudnn, mode, &one, &zero, &one, &zero, xd, x, xd,
-                                                                       dy, xd, dx, pd, scale, sums + 2 * C,
-                                                                       sums + 3 * C, eps, mean, inv_std);
-                            };
-                            if (call() != CUDNN_STATUS_SUCCESS)
-                                continue;
-                            float ms = 0;
-                            for (int r = 0; r < 3; ++r)
-                                ms = timed(call, flush, flush_bytes, t0, t1);
-                            if (ms < best)
-                            {
-                                best = ms;
-                                best_mode = mode;
-                                peer_ok = true;
-                            }
-                        }
-                        if (peer_ok)
-                            cudnnDeriveBNTensorDescriptor(pd, xd, best_mode);
-                    }
-#endif
-                    for (int r = 0; r < 3; ++r) // warm-up
-                    {
-                        run_xgrad();
-                        run_copy();
-                    }
-                    check(cudaDeviceSynchronize(), "warm-up");
-                    for (int r = 0; r < reps; ++r)
-                    {
-                        t_x.push_back(timed(run_xgrad, flush, flush_bytes, t0, t1));
-                        t_c.push_back(timed(run_copy, flush, flush_bytes, t0, t1));
-#ifdef XGRAD_BENCH_HAVE_CUDNN
-                        if (peer_ok)
-                        {
-                            const float one = 1.0f, zero = 0.0f;
-                            t_p.push_back(timed(
-                                [&] {
-                                    cudnnBatchNormalizationBackward(cudnn, best_mode, &one, &zero, &one, &zero, xd, x,
-                                                                    xd, dy, xd, dx, pd, scale, sums + 2 * C,
-                                                                    sums + 3 * C, eps, mean, inv_std);
-                                },
-                                flush, flush_bytes, t0, t1));
-                        }
-#endif
-                    }
-                    check(cudaGetLastError(), "kernels");
-                    const double bytes3 = 3.0 * static_cast<double>(n * item),
-                                 bytes2 = 2.0 * static_cast<double>(n * item);
-                    const double gx = bytes3 / (median(t_x) * 1e6), gc = bytes2 / (median(t_c) * 1e6);
-                    const double gp = peer_ok ? bytes3 / (median(t_p) * 1e6) : NAN;
-                    std::printf("case=grad_%s_%s_%s_%lldx%lldx%lldx%lld xgrad_gbps=%.1f copy_gbps=%.1f of_copy=%.2f "
-                                "peer=%s peer_gbps=%.1f ratio=%.2f\n",
-                                training ? "train" : "infer", nhwc ? "nhwc" : "nchw",
-                                dt == xgrad::dtype::float32 ? "f32" : "bf16", static_cast<long long>(s.n),
-                                static_cast<long long>(s.c), static_cast<long long>(s.h), static_cast<long long>(s.w),
-                                gx, gc, gx / gc, peer_ok ? "cudnn" : "none", gp, gx / gp);
-                    std::fflush(stdout);
-#ifdef XGRAD_BENCH_HAVE_CUDNN
-                    if (xd)
-                        cudnnDestroyTensorDescriptor(xd);
-                    if (pd)
-                        cudnnDestroyTensorDescriptor(pd);
-#endif
-                    for (void* p : {x, dy, dx, copy_dst, static_cast<void*>(scale), static_cast<void*>(mean),
-                                    static_cast<void*>(var), static_cast<void*>(sums), static_cast<void*>(inv_std)})
-                        cudaFree(p);
-                }
-    cudaFree(flush);
+                    run_case(env, bench_case{s, nhwc, training, dt, eps});
+    cudaFree(env.flush);
     return 0;
 }

@@ -132,10 +132,16 @@ namespace
         }
     }
 
-    void run(fuzz_input& in)
+    /// The tensors every op is given: x and the four per-channel tensors.
+    struct inputs
     {
-        request r;
-        const std::size_t op = in.choice(11);
+        tensor x, scale, offset, mean, variance;
+    };
+
+    /// Reads the request after the op selector: dtypes, format, attributes and x's shape.
+    /// Returns false when x or the per-channel tensors would be too large to make.
+    bool read_request(fuzz_input& in, request& r)
+    {
         r.x_dtype = in.floating_dtype();
         r.stat_dtype = r.x_dtype == dtype::float64 ? dtype::float64 : dtype::float32;
         if (in.byte() >= 240)
@@ -151,155 +157,179 @@ namespace
         for (std::size_t d = 0; d < rank; ++d)
             r.x_shape.push_back(in.integer(4));
         if (!fuzz::fits(r.x_shape))
-            return;
+            return false;
         if (rank >= 2)
             r.channels = r.x_shape[channels_last(r.attrs.data_format) ? rank - 1 : 1];
         if (!fuzz::fits({r.channels + 1}))
-            return;
+            return false;
+        return true;
+    }
 
-        const tensor x = fuzz::make_tensor(in, r.x_shape, r.x_dtype);
-        const tensor scale = per_channel(in, r);
-        const tensor offset = per_channel(in, r);
-        const tensor mean = per_channel(in, r);
-        const tensor variance = per_channel(in, r);
+    /// Ops 0 and 1: the forward (with ReLU when `relu`), then the ReLU + max-pool fusion.
+    void run_forward(fuzz_input& in, const request& r, const inputs& t, bool relu)
+    {
+        batch_norm_forward_result out;
+        if (fuzz::attempt([&] {
+                out = relu ? fused_batch_norm_relu(t.x, t.scale, t.offset, t.mean, t.variance, r.attrs)
+                           : fused_batch_norm(t.x, t.scale, t.offset, t.mean, t.variance, r.attrs);
+            }))
+            check_forward(r, t.x, out, relu);
+        // Then, from bytes past the ones above (so earlier inputs keep their meaning), the
+        // ReLU forward followed by max pooling, as one op, with window parameters from the
+        // table (0, negative and huge included); its pooled y must be max_pool2d's shape.
+        if (relu && in.boolean())
+        {
+            pool2d_params p;
+            p.kernel = {in.integer_in(-1, 4), in.integer_in(-1, 4)};
+            if (in.boolean())
+                p.stride = std::array<std::int64_t, 2>{in.integer_in(-1, 4), in.integer_in(-1, 4)};
+            p.padding = {in.integer_in(-1, 2), in.integer_in(-1, 2)};
+            p.dilation = {in.integer_in(0, 2), in.integer_in(0, 2)};
+            fuzz::attempt([&] {
+                const auto pooled = fused_batch_norm_relu_max_pool2d(t.x, t.scale, t.offset, t.mean, t.variance,
+                                                                     r.attrs, p);
+                const tensor want = max_pool2d(t.x, p, r.attrs.data_format); // the pool's shape rules
+                XGRAD_FUZZ_CHECK(target, pooled.y.shape() == want.shape() && pooled.y.dtype() == t.x.dtype(),
+                                 "fused_batch_norm_relu_max_pool2d y shape or dtype");
+            });
+        }
+    }
 
-        switch (op)
-        {
-        case 0:
-        case 1:
-        {
-            const bool relu = op == 1;
-            batch_norm_forward_result out;
-            if (fuzz::attempt([&] {
-                    out = relu ? fused_batch_norm_relu(x, scale, offset, mean, variance, r.attrs)
-                               : fused_batch_norm(x, scale, offset, mean, variance, r.attrs);
-                }))
-                check_forward(r, x, out, relu);
-            // Then, from bytes past the ones above (so earlier inputs keep their meaning), the
-            // ReLU forward followed by max pooling, as one op, with window parameters from the
-            // table (0, negative and huge included); its pooled y must be max_pool2d's shape.
-            if (relu && in.boolean())
+    /// Ops 2 and 3: the gradient, directly (op 2) or through FusedBatchNormGradV3 (op 3).
+    void run_grad(fuzz_input& in, const request& r, const inputs& t, std::size_t op)
+    {
+        const tensor dy = x_like(in, r);
+        // A third statistics tensor (TensorFlow's reserve_space_3, which V3 ignores): drawn
+        // still, so that the inputs after it decode as before; op 3 passes it to V3.
+        const tensor rs3 = in.boolean() ? tensor() : per_channel(in, r);
+        fuzz::attempt([&] {
+            if (op == 2)
             {
-                pool2d_params p;
-                p.kernel = {in.integer_in(-1, 4), in.integer_in(-1, 4)};
-                if (in.boolean())
-                    p.stride = std::array<std::int64_t, 2>{in.integer_in(-1, 4), in.integer_in(-1, 4)};
-                p.padding = {in.integer_in(-1, 2), in.integer_in(-1, 2)};
-                p.dilation = {in.integer_in(0, 2), in.integer_in(0, 2)};
-                fuzz::attempt([&] {
-                    const auto pooled = fused_batch_norm_relu_max_pool2d(x, scale, offset, mean, variance, r.attrs, p);
-                    const tensor want = max_pool2d(x, p, r.attrs.data_format); // the pool's shape rules
-                    XGRAD_FUZZ_CHECK(target, pooled.y.shape() == want.shape() && pooled.y.dtype() == x.dtype(),
-                                     "fused_batch_norm_relu_max_pool2d y shape or dtype");
-                });
+                const auto g = fused_batch_norm_grad(dy, t.x, t.scale, t.mean, t.variance, r.attrs);
+                XGRAD_FUZZ_CHECK(target, g.dx.shape() == t.x.shape(), "dx shape");
+                return;
             }
-            break;
-        }
-        case 2:
-        case 3:
-        {
-            const tensor dy = x_like(in, r);
-            // A third statistics tensor (TensorFlow's reserve_space_3, which V3 ignores): drawn
-            // still, so that the inputs after it decode as before; op 3 passes it to V3.
-            const tensor rs3 = in.boolean() ? tensor() : per_channel(in, r);
-            fuzz::attempt([&] {
-                if (op == 2)
-                {
-                    const auto g = fused_batch_norm_grad(dy, x, scale, mean, variance, r.attrs);
-                    XGRAD_FUZZ_CHECK(target, g.dx.shape() == x.shape(), "dx shape");
-                    return;
-                }
-                const auto attrs = tf::ops::FusedBatchNormGradV3::Attrs()
-                                       .Epsilon(r.attrs.epsilon)
-                                       .DataFormat(r.attrs.data_format)
-                                       .IsTraining(r.attrs.is_training);
-                const tf::ops::FusedBatchNormGradV3 g(tf::Scope::NewRootScope(), dy, x, scale, mean, variance, rs3,
-                                                      attrs);
-                XGRAD_FUZZ_CHECK(target, g.x_backprop.shape() == x.shape(), "x_backprop shape");
-            });
-            break;
-        }
-        case 4:
-        {
-            const tensor dy = x_like(in, r);
-            const tensor y = x_like(in, r);
-            fuzz::attempt([&] { fused_batch_norm_relu_grad(dy, x, y, scale, mean, variance, r.attrs); });
-            break;
-        }
-        case 5:
-        {
-            // The two phases, with a count from the table (0, negative and huge included).
-            const tensor dy = x_like(in, r);
-            const std::int64_t count = in.integer(64);
-            fuzz::attempt([&] {
-                const batch_norm_grad_sums sums = batch_norm_grad_reduce(dy, x, mean, r.attrs);
-                batch_norm_grad_apply(dy, x, scale, mean, variance, sums, count, r.attrs);
-            });
-            // Sums of a wrong length or dtype.
-            batch_norm_grad_sums bad{per_channel(in, r), per_channel(in, r)};
-            fuzz::attempt([&] { batch_norm_grad_apply(dy, x, scale, mean, variance, bad, count, r.attrs); });
-            break;
-        }
-        case 6:
-        {
-            const tensor dy = x_like(in, r);
-            const tensor A = x_like(in, r);
-            const tensor a = per_channel(in, r);
-            const tensor b = per_channel(in, r);
-            fuzz::attempt([&] { fused_batch_norm_grad_grad(A, a, b, dy, x, scale, mean, variance, r.attrs); });
-            break;
-        }
-        case 7:
-        {
-            // Autograd through the forward, then the gradient op's own backward.
-            fuzz::attempt([&] {
-                tensor xl = x.detach();
-                tensor sl = scale.defined() ? scale.detach() : scale;
-                if (is_floating(xl.dtype()))
-                    xl.requires_grad_();
-                if (sl.defined() && is_floating(sl.dtype()))
-                    sl.requires_grad_();
-                const auto out = fused_batch_norm(xl, sl, offset, mean, variance, r.attrs);
-                out.y.backward(ones_like(out.y), false, true);
-                // A gradient made with create_graph refers to the graph that refers to the
-                // leaf (as in PyTorch): clearing it breaks that cycle.
-                xl.zero_grad();
-                if (sl.defined())
-                    sl.zero_grad();
-            });
-            break;
-        }
-        case 8:
-        {
-            const tf::Scope scope = tf::Scope::NewRootScope().WithGradientRecording(in.boolean());
-            const auto attrs = tf::ops::FusedBatchNormV3::Attrs()
-                                   .Epsilon(r.attrs.epsilon)
-                                   .ExponentialAvgFactor(r.attrs.exponential_avg_factor)
-                                   .DataFormat(r.attrs.data_format)
-                                   .IsTraining(r.attrs.is_training);
-            fuzz::attempt([&] {
-                tf::ops::FusedBatchNormV3 bn(scope, x, scale, offset, mean, variance, attrs);
-                XGRAD_FUZZ_CHECK(target, bn.y.shape() == x.shape(), "FusedBatchNormV3 y shape");
-            });
-            break;
-        }
-        case 9:
-        case 10:
-        {
-            const tf::Scope scope = tf::Scope::NewRootScope();
-            const tensor dy = x_like(in, r);
             const auto attrs = tf::ops::FusedBatchNormGradV3::Attrs()
                                    .Epsilon(r.attrs.epsilon)
                                    .DataFormat(r.attrs.data_format)
                                    .IsTraining(r.attrs.is_training);
-            fuzz::attempt([&] {
-                if (op == 9)
-                    tf::ops::FusedBatchNormGradV3 g(scope, dy, x, scale, mean, variance, offset, attrs);
-                else
-                    tf::ops::FusedBatchNormGradV2 g(scope, dy, x, scale, mean, variance, attrs);
-            });
-            break;
-        }
+            const tf::ops::FusedBatchNormGradV3 g(tf::Scope::NewRootScope(), dy, t.x, t.scale, t.mean, t.variance, rs3,
+                                                  attrs);
+            XGRAD_FUZZ_CHECK(target, g.x_backprop.shape() == t.x.shape(), "x_backprop shape");
+        });
+    }
+
+    /// Op 4: the ReLU forward's gradient.
+    void run_relu_grad(fuzz_input& in, const request& r, const inputs& t)
+    {
+        const tensor dy = x_like(in, r);
+        const tensor y = x_like(in, r);
+        fuzz::attempt([&] { fused_batch_norm_relu_grad(dy, t.x, y, t.scale, t.mean, t.variance, r.attrs); });
+    }
+
+    /// Op 5: the two phases, with a count from the table (0, negative and huge included).
+    void run_grad_phases(fuzz_input& in, const request& r, const inputs& t)
+    {
+        const tensor dy = x_like(in, r);
+        const std::int64_t count = in.integer(64);
+        fuzz::attempt([&] {
+            const batch_norm_grad_sums sums = batch_norm_grad_reduce(dy, t.x, t.mean, r.attrs);
+            batch_norm_grad_apply(dy, t.x, t.scale, t.mean, t.variance, sums, count, r.attrs);
+        });
+        // Sums of a wrong length or dtype.
+        batch_norm_grad_sums bad{per_channel(in, r), per_channel(in, r)};
+        fuzz::attempt([&] { batch_norm_grad_apply(dy, t.x, t.scale, t.mean, t.variance, bad, count, r.attrs); });
+    }
+
+    /// Op 6: the second-order gradient.
+    void run_grad_grad(fuzz_input& in, const request& r, const inputs& t)
+    {
+        const tensor dy = x_like(in, r);
+        const tensor A = x_like(in, r);
+        const tensor a = per_channel(in, r);
+        const tensor b = per_channel(in, r);
+        fuzz::attempt([&] { fused_batch_norm_grad_grad(A, a, b, dy, t.x, t.scale, t.mean, t.variance, r.attrs); });
+    }
+
+    /// Op 7: autograd through the forward, then the gradient op's own backward.
+    void run_autograd(const request& r, const inputs& t)
+    {
+        fuzz::attempt([&] {
+            tensor xl = t.x.detach();
+            tensor sl = t.scale.defined() ? t.scale.detach() : t.scale;
+            if (is_floating(xl.dtype()))
+                xl.requires_grad_();
+            if (sl.defined() && is_floating(sl.dtype()))
+                sl.requires_grad_();
+            const auto out = fused_batch_norm(xl, sl, t.offset, t.mean, t.variance, r.attrs);
+            out.y.backward(ones_like(out.y), false, true);
+            // A gradient made with create_graph refers to the graph that refers to the
+            // leaf (as in PyTorch): clearing it breaks that cycle.
+            xl.zero_grad();
+            if (sl.defined())
+                sl.zero_grad();
+        });
+    }
+
+    /// Op 8: TensorFlow's FusedBatchNormV3, with or without gradient recording.
+    void run_tf_forward(fuzz_input& in, const request& r, const inputs& t)
+    {
+        const tf::Scope scope = tf::Scope::NewRootScope().WithGradientRecording(in.boolean());
+        const auto attrs = tf::ops::FusedBatchNormV3::Attrs()
+                               .Epsilon(r.attrs.epsilon)
+                               .ExponentialAvgFactor(r.attrs.exponential_avg_factor)
+                               .DataFormat(r.attrs.data_format)
+                               .IsTraining(r.attrs.is_training);
+        fuzz::attempt([&] {
+            tf::ops::FusedBatchNormV3 bn(scope, t.x, t.scale, t.offset, t.mean, t.variance, attrs);
+            XGRAD_FUZZ_CHECK(target, bn.y.shape() == t.x.shape(), "FusedBatchNormV3 y shape");
+        });
+    }
+
+    /// Ops 9 and 10: TensorFlow's FusedBatchNormGradV3 (op 9) and FusedBatchNormGradV2 (op 10).
+    void run_tf_grad(fuzz_input& in, const request& r, const inputs& t, std::size_t op)
+    {
+        const tf::Scope scope = tf::Scope::NewRootScope();
+        const tensor dy = x_like(in, r);
+        const auto attrs = tf::ops::FusedBatchNormGradV3::Attrs()
+                               .Epsilon(r.attrs.epsilon)
+                               .DataFormat(r.attrs.data_format)
+                               .IsTraining(r.attrs.is_training);
+        fuzz::attempt([&] {
+            if (op == 9)
+                tf::ops::FusedBatchNormGradV3 g(scope, dy, t.x, t.scale, t.mean, t.variance, t.offset, attrs);
+            else
+                tf::ops::FusedBatchNormGradV2 g(scope, dy, t.x, t.scale, t.mean, t.variance, attrs);
+        });
+    }
+
+    void run(fuzz_input& in)
+    {
+        request r;
+        const std::size_t op = in.choice(11);
+        if (!read_request(in, r))
+            return;
+
+        inputs t;
+        t.x = fuzz::make_tensor(in, r.x_shape, r.x_dtype);
+        t.scale = per_channel(in, r);
+        t.offset = per_channel(in, r);
+        t.mean = per_channel(in, r);
+        t.variance = per_channel(in, r);
+
+        switch (op)
+        {
+        case 0:
+        case 1: run_forward(in, r, t, op == 1); break;
+        case 2:
+        case 3: run_grad(in, r, t, op); break;
+        case 4: run_relu_grad(in, r, t); break;
+        case 5: run_grad_phases(in, r, t); break;
+        case 6: run_grad_grad(in, r, t); break;
+        case 7: run_autograd(r, t); break;
+        case 8: run_tf_forward(in, r, t); break;
+        case 9:
+        case 10: run_tf_grad(in, r, t, op); break;
         default: break;
         }
     }

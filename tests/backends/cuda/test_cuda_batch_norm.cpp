@@ -234,15 +234,12 @@ namespace
         });
     }
 
-    /// All nine kernels on one problem.
-    void check_kernels(const problem& p)
+    /// bn_moments, and with relu off and on bn_normalize and bn_forward_training.
+    void check_forward_kernels(const problem& p)
     {
         const auto& K = dev_k();
         const bn_shape s = p.s;
         const i64 C = s.C;
-        const std::string at = std::string(xgrad::name(p.dt)) + " " + str(s);
-        CAPTURE(at);
-
         // bn_moments
         {
             tensor m = nan_dev(C, p.sdt), v = nan_dev(C, p.sdt);
@@ -272,8 +269,14 @@ namespace
                               hv.data_ptr(), p.eps, relu, p.dt, s.outer, C, s.inner);
             check_within(fry, fy, elem_tol(p, 8, normalize_mag(p, host(hm), host(hv))), "bn_forward_training y");
         }
+    }
 
-        // bn_grad_reduce, and bn_grad_apply from the reference's sums
+    /// bn_grad_reduce, and bn_grad_apply from the reference's sums.
+    void check_grad_reduce_apply(const problem& p)
+    {
+        const auto& K = dev_k();
+        const bn_shape s = p.s;
+        const i64 C = s.C;
         tensor rs1 = nan_host(C, p.sdt), rs2 = nan_host(C, p.sdt);
         ref::bn_grad_reduce(rs1.data_ptr(), rs2.data_ptr(), p.dy.data_ptr(), p.x.data_ptr(), p.mean.data_ptr(), p.dt,
                             s.outer, C, s.inner);
@@ -292,120 +295,155 @@ namespace
                                p.var.data_ptr(), rs1.data_ptr(), rs2.data_ptr(), p.eps, p.dt, s.outer, C, s.inner);
             check_within(rdx, dx, elem_tol(p, 16, grad_apply_mag(p, host(rs1), host(rs2), false)), "bn_grad_apply");
         }
+    }
+
+    /// bn_grad_training / bn_grad_inference, y null (not `masked`) or a fused ReLU's output.
+    void check_grad_fused(const problem& p, bool masked)
+    {
+        const auto& K = dev_k();
+        const bn_shape s = p.s;
+        const i64 C = s.C;
+        CAPTURE(masked);
+        const void* dyp = masked ? p.dy_.data_ptr() : nullptr;
+        const void* hyp = masked ? p.y.data_ptr() : nullptr;
+        tensor ms1 = nan_host(C, p.sdt), ms2 = nan_host(C, p.sdt), rdx = nan_host(p.n, p.dt);
+        ref::bn_grad_inference(rdx.data_ptr(), ms1.data_ptr(), ms2.data_ptr(), p.dy.data_ptr(), p.x.data_ptr(), hyp,
+                               p.scale.data_ptr(), p.mean.data_ptr(), p.var.data_ptr(), p.eps, p.dt, s.outer, C,
+                               s.inner);
+        const auto t1 = sum_tol(p, grad_mag(p, 0, masked)), t2 = sum_tol(p, grad_mag(p, 1, masked));
+        {
+            tensor dx = nan_dev(p.n, p.dt), s1 = nan_dev(C, p.sdt), s2 = nan_dev(C, p.sdt);
+            K.bn_grad_inference(dx.data_ptr(), s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), dyp,
+                                p.dscale.data_ptr(), p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt, s.outer, C,
+                                s.inner);
+            check_within(ms1, s1, t1, "bn_grad_inference sum_dy");
+            check_within(ms2, s2, t2, "bn_grad_inference sum_dy_xc");
+            check_within(rdx, dx,
+                         elem_tol(p, 6,
+                                  [&p, masked](i64 k) {
+                                      const i64 c = p.ch(k);
+                                      return std::abs(p.g_of(k, masked) * p.hscale[c] * p.r(c, p.hvar));
+                                  }),
+                         "bn_grad_inference dx");
+        }
+        {
+            tensor dx = nan_dev(p.n, p.dt), s1 = nan_dev(C, p.sdt), s2 = nan_dev(C, p.sdt);
+            K.bn_grad_training(dx.data_ptr(), s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), dyp,
+                               p.dscale.data_ptr(), p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt, s.outer, C,
+                               s.inner);
+            check_within(ms1, s1, t1, "bn_grad_training sum_dy");
+            check_within(ms2, s2, t2, "bn_grad_training sum_dy_xc");
+            // dx against the reference's apply on the masked dy and the device's own sums
+            std::vector<double> gm(static_cast<std::size_t>(p.n));
+            for (i64 k = 0; k < p.n; ++k)
+                gm[k] = p.g_of(k, masked);
+            const tensor g = host_tensor(gm, p.dt), h1 = s1.to(cpu_device), h2 = s2.to(cpu_device);
+            tensor wdx = nan_host(p.n, p.dt);
+            ref::bn_grad_apply(wdx.data_ptr(), g.data_ptr(), p.x.data_ptr(), p.scale.data_ptr(), p.mean.data_ptr(),
+                               p.var.data_ptr(), h1.data_ptr(), h2.data_ptr(), p.eps, p.dt, s.outer, C, s.inner);
+            check_within(wdx, dx, elem_tol(p, 16, grad_apply_mag(p, host(h1), host(h2), masked)),
+                         "bn_grad_training dx");
+        }
+    }
+
+    /// bn_grad_grad_reduce (g = dy) against the reference's sums `rsums`.
+    void check_grad_grad_reduce(const problem& p, const tensor& rsums)
+    {
+        const auto& K = dev_k();
+        const bn_shape s = p.s;
+        const i64 C = s.C;
+        tensor sums = nan_dev(5 * C, p.sdt);
+        K.bn_grad_grad_reduce(sums.data_ptr(), p.dA.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), p.dmean.data_ptr(),
+                              p.dvar.data_ptr(), p.eps, p.dt, s.outer, C, s.inner);
+        // sum|t| of each of the five sums (xh = (x - mean) r)
+        std::vector<double> mag(static_cast<std::size_t>(5 * C), 0.0);
+        for (i64 k = 0; k < p.n; ++k)
+        {
+            const i64 c = p.ch(k);
+            const double xh = std::abs((p.hx[k] - p.hmean[c]) * p.r(c, p.hvar)), g = std::abs(p.hdy[k]),
+                         A = std::abs(p.hA[k]);
+            const double t[5] = {g, g * xh, A, A * xh, A * g};
+            for (int j = 0; j < 5; ++j)
+                mag[j * C + c] += t[j];
+        }
+        check_within(
+            rsums, sums, [&](i64 i, double w) { return D * p.u * mag[i] + 2 * p.u * std::abs(w); },
+            "bn_grad_grad_reduce");
+    }
+
+    /// bn_grad_grad_apply from the reference's sums (rsums on the CPU, dsums on the device, hs
+    /// as doubles), in training or inference, with both outputs (which 0), d_g only (1) or d_x only (2).
+    void check_grad_grad_apply(const problem& p, const tensor& rsums, const tensor& dsums,
+                               const std::vector<double>& hs, bool training, int which)
+    {
+        const auto& K = dev_k();
+        const bn_shape s = p.s;
+        const i64 C = s.C;
+        const double R = static_cast<double>(p.R);
+        CAPTURE(training);
+        CAPTURE(which);
+        tensor dg = nan_dev(p.n, p.dt), dxo = nan_dev(p.n, p.dt);
+        tensor rg = nan_host(p.n, p.dt), rx = nan_host(p.n, p.dt);
+        K.bn_grad_grad_apply(which != 2 ? dg.data_ptr() : nullptr, which != 1 ? dxo.data_ptr() : nullptr,
+                             p.dA.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), p.dscale.data_ptr(),
+                             p.dmean.data_ptr(), p.dvar.data_ptr(), p.da.data_ptr(), p.db.data_ptr(), dsums.data_ptr(),
+                             p.eps, training, p.dt, s.outer, C, s.inner);
+        ref::bn_grad_grad_apply(rg.data_ptr(), rx.data_ptr(), p.A.data_ptr(), p.dy.data_ptr(), p.x.data_ptr(),
+                                p.scale.data_ptr(), p.mean.data_ptr(), p.var.data_ptr(), p.a.data_ptr(), p.b.data_ptr(),
+                                rsums.data_ptr(), p.eps, training, p.dt, s.outer, C, s.inner);
+        // the coefficient form's magnitudes (see the header comment)
+        const auto mags = [&p, &hs, R, C, training](i64 k, bool want_dg) {
+            const i64 c = p.ch(k);
+            const double r = p.r(c, p.hvar), gam = std::abs(p.hscale[c]), ac = std::abs(p.ha[c]);
+            const double A = std::abs(p.hA[k]), g = std::abs(p.hdy[k]);
+            const double X = std::abs(p.hx[k]) + std::abs(p.hmean[c]);
+            if (!training)
+                return want_dg ? gam * r * A + ac * r * X + std::abs(p.hb[c]) : ac * r * g;
+            const double gm = std::abs(hs[c]) / R, gxh = std::abs(hs[C + c]) / R;
+            const double Am = std::abs(hs[2 * C + c]) / R, Axh = std::abs(hs[3 * C + c]) / R;
+            const double Agm = std::abs(hs[4 * C + c]) / R;
+            if (want_dg)
+                return gam * r * (A + Am) + r * (ac + gam * r * Axh) * X + std::abs(p.hb[c]);
+            return gam * r * r * gxh * (A + Am) + (ac * r + gam * r * r * Axh) * (g + gm) +
+                   (gam * r * r * r * (3 * Axh * gxh + Agm + Am * gm) + ac * r * r * gxh) * X;
+        };
+        if (which != 2)
+            check_within(rg, dg, elem_tol(p, training ? 16 : 12, [mags](i64 k) { return mags(k, true); }),
+                         "bn_grad_grad_apply d_g");
+        else
+            CHECK(std::isnan(host(dg)[0])); // not written
+        if (which != 1)
+            check_within(rx, dxo, elem_tol(p, training ? 20 : 6, [mags](i64 k) { return mags(k, false); }),
+                         "bn_grad_grad_apply d_x");
+        else
+            CHECK(std::isnan(host(dxo)[0]));
+    }
+
+    /// All nine kernels on one problem.
+    void check_kernels(const problem& p)
+    {
+        const bn_shape s = p.s;
+        const i64 C = s.C;
+        const std::string at = std::string(xgrad::name(p.dt)) + " " + str(s);
+        CAPTURE(at);
+
+        check_forward_kernels(p);
+        check_grad_reduce_apply(p);
 
         // bn_grad_training / bn_grad_inference, y null or a fused ReLU's output
         for (const bool masked : {false, true})
-        {
-            CAPTURE(masked);
-            const void* dyp = masked ? p.dy_.data_ptr() : nullptr;
-            const void* hyp = masked ? p.y.data_ptr() : nullptr;
-            tensor ms1 = nan_host(C, p.sdt), ms2 = nan_host(C, p.sdt), rdx = nan_host(p.n, p.dt);
-            ref::bn_grad_inference(rdx.data_ptr(), ms1.data_ptr(), ms2.data_ptr(), p.dy.data_ptr(), p.x.data_ptr(), hyp,
-                                   p.scale.data_ptr(), p.mean.data_ptr(), p.var.data_ptr(), p.eps, p.dt, s.outer, C,
-                                   s.inner);
-            const auto t1 = sum_tol(p, grad_mag(p, 0, masked)), t2 = sum_tol(p, grad_mag(p, 1, masked));
-            {
-                tensor dx = nan_dev(p.n, p.dt), s1 = nan_dev(C, p.sdt), s2 = nan_dev(C, p.sdt);
-                K.bn_grad_inference(dx.data_ptr(), s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(),
-                                    dyp, p.dscale.data_ptr(), p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt,
-                                    s.outer, C, s.inner);
-                check_within(ms1, s1, t1, "bn_grad_inference sum_dy");
-                check_within(ms2, s2, t2, "bn_grad_inference sum_dy_xc");
-                check_within(rdx, dx,
-                             elem_tol(p, 6,
-                                      [&p, masked](i64 k) {
-                                          const i64 c = p.ch(k);
-                                          return std::abs(p.g_of(k, masked) * p.hscale[c] * p.r(c, p.hvar));
-                                      }),
-                             "bn_grad_inference dx");
-            }
-            {
-                tensor dx = nan_dev(p.n, p.dt), s1 = nan_dev(C, p.sdt), s2 = nan_dev(C, p.sdt);
-                K.bn_grad_training(dx.data_ptr(), s1.data_ptr(), s2.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), dyp,
-                                   p.dscale.data_ptr(), p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt, s.outer, C,
-                                   s.inner);
-                check_within(ms1, s1, t1, "bn_grad_training sum_dy");
-                check_within(ms2, s2, t2, "bn_grad_training sum_dy_xc");
-                // dx against the reference's apply on the masked dy and the device's own sums
-                std::vector<double> gm(static_cast<std::size_t>(p.n));
-                for (i64 k = 0; k < p.n; ++k)
-                    gm[k] = p.g_of(k, masked);
-                const tensor g = host_tensor(gm, p.dt), h1 = s1.to(cpu_device), h2 = s2.to(cpu_device);
-                tensor wdx = nan_host(p.n, p.dt);
-                ref::bn_grad_apply(wdx.data_ptr(), g.data_ptr(), p.x.data_ptr(), p.scale.data_ptr(), p.mean.data_ptr(),
-                                   p.var.data_ptr(), h1.data_ptr(), h2.data_ptr(), p.eps, p.dt, s.outer, C, s.inner);
-                check_within(wdx, dx, elem_tol(p, 16, grad_apply_mag(p, host(h1), host(h2), masked)),
-                             "bn_grad_training dx");
-            }
-        }
+            check_grad_fused(p, masked);
 
         // bn_grad_grad_reduce (g = dy), and bn_grad_grad_apply from the reference's sums
         tensor rsums = nan_host(5 * C, p.sdt);
         ref::bn_grad_grad_reduce(rsums.data_ptr(), p.A.data_ptr(), p.dy.data_ptr(), p.x.data_ptr(), p.mean.data_ptr(),
                                  p.var.data_ptr(), p.eps, p.dt, s.outer, C, s.inner);
-        {
-            tensor sums = nan_dev(5 * C, p.sdt);
-            K.bn_grad_grad_reduce(sums.data_ptr(), p.dA.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(),
-                                  p.dmean.data_ptr(), p.dvar.data_ptr(), p.eps, p.dt, s.outer, C, s.inner);
-            // sum|t| of each of the five sums (xh = (x - mean) r)
-            std::vector<double> mag(static_cast<std::size_t>(5 * C), 0.0);
-            for (i64 k = 0; k < p.n; ++k)
-            {
-                const i64 c = p.ch(k);
-                const double xh = std::abs((p.hx[k] - p.hmean[c]) * p.r(c, p.hvar)), g = std::abs(p.hdy[k]),
-                             A = std::abs(p.hA[k]);
-                const double t[5] = {g, g * xh, A, A * xh, A * g};
-                for (int j = 0; j < 5; ++j)
-                    mag[j * C + c] += t[j];
-            }
-            check_within(
-                rsums, sums, [&](i64 i, double w) { return D * p.u * mag[i] + 2 * p.u * std::abs(w); },
-                "bn_grad_grad_reduce");
-        }
+        check_grad_grad_reduce(p, rsums);
         const std::vector<double> hs = host(rsums);
         const tensor dsums = rsums.to(gpu);
-        const double R = static_cast<double>(p.R);
         for (const bool training : {true, false})
             for (const int which : {0, 1, 2}) // both outputs, d_g only, d_x only
-            {
-                CAPTURE(training);
-                CAPTURE(which);
-                tensor dg = nan_dev(p.n, p.dt), dxo = nan_dev(p.n, p.dt);
-                tensor rg = nan_host(p.n, p.dt), rx = nan_host(p.n, p.dt);
-                K.bn_grad_grad_apply(which != 2 ? dg.data_ptr() : nullptr, which != 1 ? dxo.data_ptr() : nullptr,
-                                     p.dA.data_ptr(), p.ddy.data_ptr(), p.dx_.data_ptr(), p.dscale.data_ptr(),
-                                     p.dmean.data_ptr(), p.dvar.data_ptr(), p.da.data_ptr(), p.db.data_ptr(),
-                                     dsums.data_ptr(), p.eps, training, p.dt, s.outer, C, s.inner);
-                ref::bn_grad_grad_apply(rg.data_ptr(), rx.data_ptr(), p.A.data_ptr(), p.dy.data_ptr(), p.x.data_ptr(),
-                                        p.scale.data_ptr(), p.mean.data_ptr(), p.var.data_ptr(), p.a.data_ptr(),
-                                        p.b.data_ptr(), rsums.data_ptr(), p.eps, training, p.dt, s.outer, C, s.inner);
-                // the coefficient form's magnitudes (see the header comment)
-                const auto mags = [&p, &hs, R, C, training](i64 k, bool want_dg) {
-                    const i64 c = p.ch(k);
-                    const double r = p.r(c, p.hvar), gam = std::abs(p.hscale[c]), ac = std::abs(p.ha[c]);
-                    const double A = std::abs(p.hA[k]), g = std::abs(p.hdy[k]);
-                    const double X = std::abs(p.hx[k]) + std::abs(p.hmean[c]);
-                    if (!training)
-                        return want_dg ? gam * r * A + ac * r * X + std::abs(p.hb[c]) : ac * r * g;
-                    const double gm = std::abs(hs[c]) / R, gxh = std::abs(hs[C + c]) / R;
-                    const double Am = std::abs(hs[2 * C + c]) / R, Axh = std::abs(hs[3 * C + c]) / R;
-                    const double Agm = std::abs(hs[4 * C + c]) / R;
-                    if (want_dg)
-                        return gam * r * (A + Am) + r * (ac + gam * r * Axh) * X + std::abs(p.hb[c]);
-                    return gam * r * r * gxh * (A + Am) + (ac * r + gam * r * r * Axh) * (g + gm) +
-                           (gam * r * r * r * (3 * Axh * gxh + Agm + Am * gm) + ac * r * r * gxh) * X;
-                };
-                if (which != 2)
-                    check_within(rg, dg, elem_tol(p, training ? 16 : 12, [mags](i64 k) { return mags(k, true); }),
-                                 "bn_grad_grad_apply d_g");
-                else
-                    CHECK(std::isnan(host(dg)[0])); // not written
-                if (which != 1)
-                    check_within(rx, dxo, elem_tol(p, training ? 20 : 6, [mags](i64 k) { return mags(k, false); }),
-                                 "bn_grad_grad_apply d_x");
-                else
-                    CHECK(std::isnan(host(dxo)[0]));
-            }
+                check_grad_grad_apply(p, rsums, dsums, hs, training, which);
     }
 
 }
