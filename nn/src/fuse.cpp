@@ -18,7 +18,10 @@ namespace xgrad::nn
         template <class T>
         std::shared_ptr<T> exactly(const std::shared_ptr<module>& m)
         {
-            return m && typeid(*m) == typeid(T) ? std::static_pointer_cast<T>(m) : nullptr;
+            if (!m)
+                return nullptr;
+            const module& object = *m;
+            return typeid(object) == typeid(T) ? std::static_pointer_cast<T>(m) : nullptr;
         }
 
         std::size_t fuse_runs(sequential& s)

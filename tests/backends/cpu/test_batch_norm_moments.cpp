@@ -118,9 +118,12 @@ namespace
             INFO(d.name, std::string(channels_last ? " channels-last" : " channels-first"), " channel ", c, " level ",
                  std::string(cpu::simd_level_name(level)), std::string(sizeof(T) == 4 ? " float32" : " float64"),
                  " mean ", want_mean, " var ", want_var);
-            for (const auto& [what, got_m, got_v] :
+            for (const auto& entry :
                  {std::tuple{"bn_moments", mean[c], var[c]}, std::tuple{"bn_forward_training", f_mean[c], f_var[c]}})
             {
+                const auto& what = std::get<0>(entry);
+                const auto& got_m = std::get<1>(entry);
+                const auto& got_v = std::get<2>(entry);
                 INFO(std::string(what), ": got mean ", static_cast<double>(got_m), " var ", static_cast<double>(got_v));
                 CHECK(std::abs(static_cast<double>(got_m) - want_mean) <= mean_tol);
                 CHECK(std::abs(static_cast<double>(got_v) - want_var) <= var_tol);

@@ -54,7 +54,9 @@ namespace
             const shape_t shape = rep == 0 ? shape_t{70, 1031} : random_shape(gen, 4, 40000);
             auto x = ckt::make_view<X>(shape, rep == 0 ? layout::contiguous : random_in_layout(gen), gen, X{});
             random_values(x.storage, gen);
-            auto [got, want] = output_views<O>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto got_want = output_views<O>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto& got = got_want.first;
+            auto& want = got_want.second;
             {
                 const device_copy<X> dx(x.storage);
                 const device_copy<O> dout(got.storage);
@@ -152,7 +154,9 @@ namespace
         for (const double value : special_doubles())
         {
             const shape_t shape = random_shape(gen, 4, 5000);
-            auto [got, want] = output_views<T>(shape, gen, random_out_layout(gen));
+            auto got_want = output_views<T>(shape, gen, random_out_layout(gen));
+            auto& got = got_want.first;
+            auto& want = got_want.second;
             {
                 const device_copy<T> dout(got.storage);
                 dev().fill(dout.get(), got.strides.data(), xgrad::dtype_of<T>(), got.ndim(), shape.data(), value);
@@ -218,9 +222,13 @@ namespace
         {
             const shape_t shape = rep == 0 ? shape_t{300, 257} : random_shape(gen, 4, 40000);
             auto x = ckt::make_view<T>(shape, rep == 0 ? layout::contiguous : random_in_layout(gen), gen, T(0));
-            const auto [lo, hi] = unary_range<T>(op);
+            const auto lo_hi = unary_range<T>(op);
+            const auto& lo = lo_hi.first;
+            const auto& hi = lo_hi.second;
             math_inputs(x.storage, gen, lo, hi);
-            auto [got, want] = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto got_want = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto& got = got_want.first;
+            auto& want = got_want.second;
             constexpr xgrad::dtype dt = xgrad::dtype_of<T>();
             {
                 const device_copy<T> dx(x.storage);
@@ -261,7 +269,9 @@ namespace
                     for (int k = 0; k < 20; ++k)
                         b.storage[gen() % b.storage.size()] = a.storage[gen() % a.storage.size()];
             }
-            auto [got, want] = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto got_want = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto& got = got_want.first;
+            auto& want = got_want.second;
             constexpr xgrad::dtype dt = xgrad::dtype_of<T>();
             {
                 const device_copy<T> da(a.storage), db(b.storage);
@@ -296,7 +306,9 @@ namespace
                 v = conds[gen() % std::size(conds)];
             math_inputs(a.storage, gen, -5, 5);
             math_inputs(b.storage, gen, -5, 5);
-            auto [got, want] = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto got_want = output_views<T>(shape, gen, rep == 0 ? layout::contiguous : random_out_layout(gen));
+            auto& got = got_want.first;
+            auto& want = got_want.second;
             constexpr xgrad::dtype dt = xgrad::dtype_of<T>();
             {
                 const device_copy<T> dc(c.storage), da(a.storage), db(b.storage);

@@ -19,7 +19,9 @@ namespace
                                      reduce_op op)
     {
         const shape_t kept(x.shape.begin(), x.shape.begin() + n_keep);
-        auto [got, want] = output_views<T>(kept, gen, out_kind);
+        auto got_want = output_views<T>(kept, gen, out_kind);
+        auto& got = got_want.first;
+        auto& want = got_want.second;
         constexpr xgrad::dtype dt = xgrad::dtype_of<T>();
         {
             const device_copy<T> dx(x.storage);
@@ -228,7 +230,9 @@ namespace
                     if (gen() % 89 == 0)
                         v = std::numeric_limits<T>::quiet_NaN();
         const shape_t kept(shape.begin(), shape.end() - 1);
-        auto [got, want] = output_views<std::int64_t>(kept, gen, ckt::out_layouts[gen() % ckt::out_layouts.size()]);
+        auto got_want = output_views<std::int64_t>(kept, gen, ckt::out_layouts[gen() % ckt::out_layouts.size()]);
+        auto& got = got_want.first;
+        auto& want = got_want.second;
         auto ref = want;
         {
             const device_copy<T> dx(x.storage);
@@ -277,9 +281,11 @@ TEST_CASE("cuda ops: argmax over every dim, with keepdim, of views and 16-bit te
             if (shape[static_cast<std::size_t>(dim < 0 ? dim + nd : dim)] == 0)
                 continue;
             const bool keepdim = gen() % 2;
-            const auto [xc, xd] = view_pair(shape, rep % 3, gen, [&](const shape_type& s) {
+            const auto xc_xd = view_pair(shape, rep % 3, gen, [&](const shape_type& s) {
                 return sign(random_cpu(s, dt, seed++, -3, 3)); // -1, 0, 1: ties
             });
+            const auto& xc = xc_xd.first; // (named: doctest's INFO captures it)
+            const auto& xd = xc_xd.second;
             INFO(describe(xc), " dim ", dim, keepdim ? " keepdim" : "");
             const tensor yc = argmax(xc, dim, keepdim), yd = argmax(xd, dim, keepdim);
             CHECK(yd.device() == gpu);

@@ -147,8 +147,10 @@ namespace
     void check_close(const grads_type& actual, const grads_type& expected)
     {
         REQUIRE(actual.size() == expected.size());
-        for (const auto& [n, e] : expected)
+        for (const auto& entry : expected)
         {
+            const auto& n = entry.first;
+            const auto& e = entry.second;
             const auto& a = actual.at(n);
             INFO("parameter " << n);
             REQUIRE(a.size() == e.size());
@@ -193,8 +195,10 @@ TEST_CASE("construction gives every rank rank 0's parameters and buffers")
     dist::distributed_data_parallel ddp(model);
 
     small_net rank0(model_seed(0));
-    for (const auto& [n, p] : rank0.named_parameters())
+    for (const auto& entry : rank0.named_parameters())
     {
+        const auto& n = entry.first;
+        const auto& p = entry.second;
         INFO("parameter " << n);
         CHECK(xgrad::to_vector(model->parameter(n)) == xgrad::to_vector(p));
         CHECK(model->parameter(n).requires_grad());
@@ -384,8 +388,10 @@ TEST_CASE("training steps: the optimizer replaces the parameters and the next fo
             p.set_grad(xgrad::from_host(mean[n].data(), p.shape(), dtype::float64));
         ref_opt.step();
     }
-    for (const auto& [n, p] : ref.named_parameters())
+    for (const auto& entry : ref.named_parameters())
     {
+        const auto& n = entry.first;
+        const auto& p = entry.second;
         INFO("parameter " << n);
         const auto a = xgrad::to_vector(model->parameter(n));
         const auto e = xgrad::to_vector(p);
@@ -542,8 +548,10 @@ TEST_CASE("a model on a CUDA device: gradients staged through the host land on t
     // at most a few hundred terms, so differences stay near 1e-14 relative; 1e-10 leaves room
     // and still catches any real error (O(1)).
     const grads_type expected = expected_mean(k, always);
-    for (const auto& [n, p] : model->named_parameters())
+    for (const auto& entry : model->named_parameters())
     {
+        const auto& n = entry.first;
+        const auto& p = entry.second;
         INFO("parameter " << n);
         CHECK(p.grad().device() == cuda);
         const auto a = xgrad::to_vector(p.grad());

@@ -70,8 +70,10 @@ TEST_CASE("the Fashion-MNIST model with sync batch norm under distributed_data_p
     for (const auto& [n, p] : reference->named_parameters())
         for (double v : to_vector(p.grad()))
             largest = std::max(largest, std::abs(v));
-    for (const auto& [n, p] : reference->named_parameters())
+    for (const auto& entry : reference->named_parameters())
     {
+        const auto& n = entry.first; // (not a binding: doctest's INFO captures it)
+        const auto& p = entry.second;
         INFO(n << ", rank " << rank << " of " << K);
         const tensor got = model->parameter(n).grad();
         CHECK(got.defined());
@@ -86,10 +88,14 @@ TEST_CASE("the Fashion-MNIST model with sync batch norm under distributed_data_p
             CHECK_MESSAGE(worst_scaled(got, p.grad()) <= tol, n << "'s gradient: " << worst_scaled(got, p.grad()));
     }
     // Running statistics: one update from the global batch (float32 statistics: 1e-5).
-    for (const auto& [n, b] : reference->named_buffers())
+    for (const auto& entry : reference->named_buffers())
+    {
+        const auto& n = entry.first;
+        const auto& b = entry.second;
         if (b.dtype() != dtype::int64)
         {
             INFO(n << ", rank " << rank << " of " << K);
             CHECK(worst_relative(to_vector(model->buffer(n)), to_vector(b)) <= 1e-5);
         }
+    }
 }

@@ -151,8 +151,10 @@ TEST_CASE("load_weights: a state dict written by another framework, cast to the 
     CHECK(result.converted.size() == source->state_dict().size() - 1);
     CHECK(std::find(result.converted.begin(), result.converted.end(), "fc.weight: float16 -> float32") !=
           result.converted.end());
-    for (const auto& [name, t] : target->state_dict())
+    for (const auto& entry : target->state_dict())
     {
+        const auto& name = entry.first;
+        const auto& t = entry.second;
         INFO(name);
         CHECK(t.dtype() == source->state_dict().at(name).dtype());
         CHECK(values(t) == values(foreign.at(name).to(t.dtype())));
@@ -223,8 +225,12 @@ TEST_CASE("load_weights: every problem is listed at once and the model is left u
     CHECK_FORMAT_ERROR(xgrad::io::load_weights(file, *model), file, "'fc.weight' has shape [4, 17]",
                        "the model's is [4, 27]", "'bn1.num_batches_tracked' cannot be cast float32 -> int64",
                        "element 0 is 2.5", "'conv1.bias' is missing", "unexpected tensor 'extra'");
-    for (const auto& [name, t] : model->state_dict())
+    for (const auto& entry : model->state_dict())
+    {
+        const auto& name = entry.first;
+        const auto& t = entry.second;
         CHECK_MESSAGE(bytes_of(t) == bytes_of(before.at(name)), name);
+    }
 
     // A whole-number float count is an exact int64.
     bad = {};

@@ -382,8 +382,10 @@ TEST_CASE("optim: parameter groups scale the learning rate and replace the weigh
         const bool sgd = std::string(kind) == "sgd";
         // One step from zero state: sgd (Nesterov, momentum 0.9, no decay by default):
         // p - lr (d + 0.9 d) with d = g; adamw (decay 0.01): p (1 - lr wd) - lr g / (|g| + eps).
-        for (const auto& [name, values] : values_of(m))
+        for (const auto& entry : values_of(m))
         {
+            const auto& name = entry.first;
+            const auto& values = entry.second;
             CAPTURE(name);
             const double lr = name == "w" ? 0.05 : 0.1;
             const double wd = sgd || name != "w" ? 0.0 : 0.01;
