@@ -1,6 +1,6 @@
 #pragma once
-// Shared by the optimizer tests (tests/layers/optim/test_optim_optimizers.cpp and
-// tests/layers/optim/test_optim_state.cpp, one ctest executable test_optim with
+// Shared by the optimizer tests (tests/train/optim/test_optim_optimizers.cpp and
+// tests/train/optim/test_optim_state.cpp, one ctest executable test_optim with
 // test_optim_schedules.cpp): a toy module with dotted parameter names, gradients drawn from a seed,
 // the optimizers' buffers read back from their state, the oracles (the header's formulas as plain
 // double loops over std::vector) and check_steps, which runs an optimizer and its oracle side by
