@@ -14,8 +14,9 @@
 #                                        oom-*), with the log in DIR/logs/<target>.log
 #   --no-build  use the existing build folder as it is
 #
-# Environment: FUZZ_BUILD_DIR (default: build-fuzz, relative to the repository root), configured
-# with clang and XGRAD_BUILD_FUZZ=ON as tools/bootstrap.sh does. Findings do not stop a
+# Environment: FUZZ_BUILD_DIR (default: build-fuzz, relative to the repository root), a build of
+# the library and the fuzz targets alone, with clang and XGRAD_BUILD_FUZZ=ON (tools/bootstrap.sh
+# test builds the same targets with the tests, in its sanitizer build). Findings do not stop a
 # campaign (-ignore_crashes etc.): it goes on and collects them all; the exit status is 1 when
 # any target has a new finding. Works from any directory.
 set -euo pipefail
