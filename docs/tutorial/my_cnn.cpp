@@ -26,6 +26,7 @@ std::shared_ptr<nn::sequential> make_model(xgrad::generator& gen)
     model->add("gap", std::make_shared<nn::adaptive_avg_pool2d>(std::array<std::int64_t, 2>{7, 7}));
     model->add("flatten", std::make_shared<nn::flatten>());
     model->add("fc", std::make_shared<nn::linear>(16 * 7 * 7, 10, gen));
+    nn::fuse(*model); // bn, relu and pool run as one fused op
     return model;
 }
 // [model]

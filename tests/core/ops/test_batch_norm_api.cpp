@@ -1,8 +1,9 @@
 // The core batch-norm API as a user sees it (xgrad/ops/batch_norm.hpp): the defaults of
-// batch_norm_attrs and of the version argument, the shapes and dtypes of the result structs,
-// autograd following the thread's grad mode, and the gradient op agreeing with autograd through
-// the forward. (Formulas: test_batch_norm.cpp; errors: test_batch_norm_errors.cpp; the
-// TensorFlow-shaped classes over these functions: test_compat_tensorflow.cpp.)
+// batch_norm_attrs, the shapes and dtypes of the result structs, autograd following the thread's
+// grad mode, the gradient op agreeing with autograd through the forward, and the pieces an op
+// built on the batch norm uses (batch_norm_moments, check_batch_norm_forward). (Formulas:
+// test_batch_norm.cpp; errors: test_batch_norm_errors.cpp; the TensorFlow-shaped classes over
+// these functions: test_compat_tensorflow.cpp.)
 #include <doctest/doctest.h>
 
 #include <cstring>
