@@ -68,11 +68,13 @@ TEST_CASE("layer_norm, group_norm, instance_norm: the formula, in every floating
     // float32 rounds each of ~100 terms once (1e-5 of the O(1)-O(10) outputs); the 16-bit
     // dtypes round x on the way in and y on the way out (2^-8 and 2^-11 relative, on outputs of
     // a few units).
-    for (const auto& [dt, tol] : std::vector<std::pair<dtype, double>>{{dtype::float64, 1e-12},
-                                                                       {dtype::float32, 1e-4},
-                                                                       {dtype::float16, 2e-2},
-                                                                       {dtype::bfloat16, 1.5e-1}})
+    for (const auto& entry : std::vector<std::pair<dtype, double>>{{dtype::float64, 1e-12},
+                                                                   {dtype::float32, 1e-4},
+                                                                   {dtype::float16, 2e-2},
+                                                                   {dtype::bfloat16, 1.5e-1}})
     {
+        const dtype dt = entry.first; // (not a binding: INFO and the lambda below capture it)
+        const double tol = entry.second;
         INFO(name(dt));
         const tensor xd = x.to(dt);
         const std::vector<double> xr = to_vector(xd); // the values the op sees
