@@ -218,6 +218,45 @@ TEST_CASE("data-parallel trainer: K ranks of batch B compute one process's run o
     CHECK(again.metrics[2].test_accuracy == got.metrics[2].test_accuracy);
 }
 
+TEST_CASE("data-parallel trainer: a test set that is a data::dataset is evaluated in shards, as one process does")
+{
+    const int k = dist::world_size(), r = dist::rank();
+    const auto train_set = make_set(16, 21);
+    // 11 examples as a tensor dataset: for K = 2, shards of 6 and 5.
+    generator gen(22);
+    const tensor inputs = randn({11, 1, 4, 4}, gen, dtype::float64);
+    std::vector<std::int64_t> labels;
+    for (int i = 0; i < 11; ++i)
+        labels.push_back(static_cast<std::int64_t>(gen.below(3)));
+    const auto test_set = std::make_shared<const data::tensor_dataset>(inputs,
+                                                                       from_host(labels.data(), {11}, dtype::int64));
+
+    auto ref_model = make_model();
+    optim::sgd ref_opt(*ref_model, sgd_for());
+    data::data_loader ref_loader(train_set, loader_for(per_rank_batch * k, 1, 0));
+    train::trainer_options ro;
+    ro.epochs = 2;
+    ro.test_dataset = test_set;
+    const train::fit_result expected = train::trainer(*ref_model, ref_opt, ref_loader, ro).fit();
+
+    auto model = make_model();
+    dist::distributed_data_parallel ddp(model);
+    optim::sgd opt(*model, sgd_for());
+    data::data_loader loader(train_set, loader_for(per_rank_batch, k, r));
+    train::trainer_options o = ro;
+    o.data_parallel = &ddp;
+    const train::fit_result got = train::trainer(*model, opt, loader, o).fit();
+    REQUIRE(got.metrics.size() == 2);
+    for (std::size_t e = 0; e < 2; ++e)
+    {
+        CAPTURE(e);
+        CHECK(std::isfinite(got.metrics[e].test_loss));
+        // As the image test above: float64, differing by summation order only.
+        CHECK(std::abs(got.metrics[e].test_loss - expected.metrics[e].test_loss) < 1e-12);
+        CHECK(got.metrics[e].test_accuracy == expected.metrics[e].test_accuracy);
+    }
+}
+
 TEST_CASE("data-parallel trainer: a model or loader that does not match the wrapper is refused")
 {
     const int k = dist::world_size(), r = dist::rank();

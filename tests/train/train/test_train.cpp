@@ -1,6 +1,7 @@
 // xgrad::train's building blocks: classifier metrics (tally, accuracy, evaluate_classifier
-// and the mode it restores), checkpoint paths and the resume-compatibility check, and the
-// trainer's options (schedule by epoch, no output folder, no test data, callbacks, errors).
+// over images or any dataset, and the mode it restores), checkpoint paths and the
+// resume-compatibility check, and the trainer's options (schedule by epoch, no output folder,
+// no test data, a test set of either kind, callbacks, errors).
 // Whole training runs are in test_training.cpp.
 #include <doctest/doctest.h>
 
@@ -191,11 +192,78 @@ TEST_CASE("evaluate_classifier restores the mode when the model throws, and name
     CHECK_ERROR(train::evaluate_classifier(model, data), std::runtime_error, "failed on purpose");
     CHECK(model.is_training());
     model.throw_in_forward = false;
-    CHECK_ERROR(train::evaluate_classifier(model, nullptr), xgrad::invalid_argument, "null");
+    CHECK_ERROR(train::evaluate_classifier(model, std::shared_ptr<const data::image_dataset>()),
+                xgrad::invalid_argument, "null");
+    CHECK_ERROR(train::evaluate_classifier(model, std::shared_ptr<const data::dataset>()), xgrad::invalid_argument,
+                "null");
     train::evaluate_options o;
     o.batch_size = 0;
     CHECK_ERROR(train::evaluate_classifier(model, data, o), xgrad::invalid_argument, "batch_size");
     CHECK(model.is_training());
+}
+
+TEST_CASE("evaluate_classifier over a data::dataset: the same metrics as over the same images")
+{
+    // The tensor dataset holds the images as the loader normalises the image_dataset's bytes.
+    const auto images = tiny_dataset(23, 9);
+    const auto examples = std::make_shared<const data::tensor_dataset>(all_images(*images), all_labels(*images));
+    generator gen(8);
+    probe model(gen);
+    train::evaluate_options o;
+    o.batch_size = 7;
+    const auto want = train::evaluate_classifier(model, images, o);
+    const auto got = train::evaluate_classifier(model, examples, o);
+    CHECK(got.examples == 23);
+    CHECK(got.accuracy == want.accuracy);
+    CHECK(got.confusion == want.confusion); // 3 classes, counted from the logits' width
+    CHECK(got.loss == doctest::Approx(want.loss).epsilon(1e-6));
+    // An empty dataset: no example, no batch, no classes.
+    const auto none = std::make_shared<const data::tensor_dataset>(zeros({0, 1, 2, 2}), zeros({0}, dtype::int64));
+    CHECK(train::evaluate_classifier(model, none, o).examples == 0);
+}
+
+TEST_CASE("trainer: a test set that is a data::dataset, and the refusals of both kinds at once or empty")
+{
+    const auto images = tiny_dataset(12, 6);
+    const auto test_images = tiny_dataset(9, 7);
+    const auto test_examples = std::make_shared<const data::tensor_dataset>(all_images(*test_images),
+                                                                            all_labels(*test_images));
+    data::loader_options lo;
+    lo.batch_size = 4;
+    lo.prefetch = false;
+    // The same run twice, the test set given each way: the same test metrics.
+    std::vector<train::epoch_metrics> runs[2];
+    for (int way = 0; way < 2; ++way)
+    {
+        generator gen(11);
+        probe model(gen);
+        optim::sgd opt(model, {0.1, 0.0, 0.0, 0.0, false});
+        data::data_loader loader(images, lo);
+        train::trainer_options o;
+        o.epochs = 2;
+        if (way == 0)
+            o.test_data = test_images;
+        else
+            o.test_dataset = test_examples;
+        runs[way] = train::trainer(model, opt, loader, o).fit().metrics;
+    }
+    for (std::size_t e = 0; e < 2; ++e)
+    {
+        CHECK(std::isfinite(runs[1][e].test_loss));
+        CHECK(runs[1][e].test_accuracy == runs[0][e].test_accuracy);
+        CHECK(runs[1][e].test_loss == doctest::Approx(runs[0][e].test_loss).epsilon(1e-6));
+    }
+    generator gen(12);
+    probe model(gen);
+    optim::sgd opt(model, {0.1, 0.0, 0.0, 0.0, false});
+    data::data_loader loader(images, lo);
+    train::trainer_options both;
+    both.test_data = test_images;
+    both.test_dataset = test_examples;
+    CHECK_ERROR(train::trainer(model, opt, loader, both), xgrad::invalid_argument, "test_data and test_dataset");
+    train::trainer_options empty;
+    empty.test_dataset = std::make_shared<const data::tensor_dataset>(zeros({0, 1, 2, 2}), zeros({0}, dtype::int64));
+    CHECK_ERROR(train::trainer(model, opt, loader, empty), xgrad::invalid_argument, "test_dataset is set but empty");
 }
 
 TEST_CASE("checkpoint_path and check_resume_compatible")

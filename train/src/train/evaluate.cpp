@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -155,29 +156,71 @@ namespace xgrad::train
         return logits.size(0) > 0 ? static_cast<double>(correct) / static_cast<double>(logits.size(0)) : 0.0;
     }
 
+    namespace
+    {
+        data::loader_options loader_options_of(const evaluate_options& options)
+        {
+            data::loader_options o;
+            o.batch_size = options.batch_size;
+            o.shuffle = false;
+            o.data_format = options.data_format;
+            o.dtype = options.dtype;
+            o.mean = options.mean;
+            o.std = options.std;
+            o.channel_mean = options.channel_mean;
+            o.channel_std = options.channel_std;
+            o.prefetch = false; // evaluation is one pass; a worker thread would only add a hand-off
+            return o;
+        }
+
+        /// Every batch of the loader through the model, in eval mode and without a graph; the
+        /// tally made at the first batch by make_tally(classes seen in its logits).
+        template <class MakeTally>
+        classifier_metrics evaluate_batches(nn::module& model, data::data_loader& loader,
+                                            const evaluate_options& options, MakeTally make_tally)
+        {
+            mode_restore restore(model);
+            model.eval();
+            no_grad guard;
+            std::optional<classifier_tally> tally;
+            loader.start_epoch(0);
+            while (auto b = loader.next())
+            {
+                const tensor logits = model.forward(b->images.to(options.device));
+                if (!tally)
+                    tally.emplace(make_tally(logits));
+                tally->add(logits, b->labels.to(options.device));
+            }
+            return tally ? tally->result() : classifier_metrics{};
+        }
+    }
+
     classifier_metrics evaluate_classifier(nn::module& model, std::shared_ptr<const data::image_dataset> data,
                                            const evaluate_options& options)
     {
         if (!data)
             throw xgrad::invalid_argument("evaluate_classifier: the dataset is null");
-        mode_restore restore(model);
-        model.eval();
-        no_grad guard;
-        data::loader_options o;
-        o.batch_size = options.batch_size;
-        o.shuffle = false;
-        o.data_format = options.data_format;
-        o.dtype = options.dtype;
-        o.mean = options.mean;
-        o.std = options.std;
-        o.channel_mean = options.channel_mean;
-        o.channel_std = options.channel_std;
-        o.prefetch = false; // evaluation is one pass; a worker thread would only add a hand-off
-        classifier_tally tally(data->classes);
-        data::data_loader loader(std::move(data), o);
-        loader.start_epoch(0);
-        while (auto b = loader.next())
-            tally.add(model.forward(b->images.to(options.device)), b->labels.to(options.device));
-        return tally.result();
+        const std::int64_t classes = data->classes;
+        data::data_loader loader(std::move(data), loader_options_of(options));
+        classifier_metrics r = evaluate_batches(model, loader, options,
+                                                [&](const tensor&) { return classifier_tally(classes); });
+        if (r.confusion.empty())
+            r = classifier_tally(classes).result(); // no batch: the dataset's classes, no examples
+        return r;
+    }
+
+    classifier_metrics evaluate_classifier(nn::module& model, std::shared_ptr<const data::dataset> data,
+                                           const evaluate_options& options)
+    {
+        if (!data)
+            throw xgrad::invalid_argument("evaluate_classifier: the dataset is null");
+        data::data_loader loader(std::move(data), loader_options_of(options));
+        return evaluate_batches(model, loader, options, [](const tensor& logits) {
+            if (logits.dim() != 2 || logits.size(1) < 1)
+                throw xgrad::invalid_argument("evaluate_classifier: the model's logits must be [batch, classes] "
+                                              "with classes >= 1, got " +
+                                              shape_to_string(logits.shape()));
+            return classifier_tally(logits.size(1));
+        });
     }
 }

@@ -45,13 +45,36 @@ namespace xgrad::train
             return s.str();
         }
 
+        /// Examples [first, first + count) of another dataset: a rank's shard of a test set.
+        class dataset_range final : public data::dataset
+        {
+        public:
+            dataset_range(std::shared_ptr<const data::dataset> all, std::int64_t first, std::int64_t count)
+                : m_all(std::move(all)), m_first(first), m_count(count)
+            {
+            }
+            std::int64_t size() const override { return m_count; }
+            data::example get(std::int64_t index) const override { return m_all->get(m_first + index); }
+
+        private:
+            std::shared_ptr<const data::dataset> m_all;
+            std::int64_t m_first, m_count;
+        };
+
+        /// This rank's contiguous share of n examples: (first, count), the first n % ranks ranks
+        /// one more.
+        std::pair<std::int64_t, std::int64_t> shard_of(std::int64_t n, int rank, int ranks)
+        {
+            const std::int64_t k = ranks, base = n / k, extra = n % k;
+            const auto first_of = [&](std::int64_t r) { return r * base + std::min(r, extra); };
+            return {first_of(rank), first_of(rank + 1) - first_of(rank)};
+        }
+
         /// Rank r's contiguous share of `data`: examples [r * n / K, (r + 1) * n / K), formed
         /// as r * (n / K) + min(r, n % K) so that nothing overflows.
         std::shared_ptr<const data::image_dataset> test_shard(const data::image_dataset& data, int rank, int ranks)
         {
-            const std::int64_t n = data.size, k = ranks, base = n / k, extra = n % k;
-            const auto first_of = [&](std::int64_t r) { return r * base + std::min(r, extra); };
-            const std::int64_t first = first_of(rank), count = first_of(rank + 1) - first;
+            const auto [first, count] = shard_of(data.size, rank, ranks);
             const std::int64_t pixels = data.channels * data.rows * data.cols; // checked by the data's own loader
             auto shard = std::make_shared<data::image_dataset>();
             shard->size = count;
@@ -97,6 +120,10 @@ namespace xgrad::train
                                           std::to_string(m_loader.options().batch_size) + ")");
         // The schedule's global step, epoch * batches_per_epoch + batch, must not overflow.
         checked_mul(m_options.epochs, m_loader.batches_per_epoch(), "trainer: epochs * batches per epoch");
+        if (m_options.test_data && m_options.test_dataset)
+            throw xgrad::invalid_argument("trainer: test_data and test_dataset are both set (one test set: set one)");
+        if (m_options.test_dataset && m_options.test_dataset->size() <= 0)
+            throw xgrad::invalid_argument("trainer: the test set holds no examples (test_dataset is set but empty)");
         if (m_options.test_data)
         {
             const data::image_dataset& test = *m_options.test_data;
@@ -127,6 +154,11 @@ namespace xgrad::train
             m_writer = group.rank() == 0;
             if (m_options.test_data)
                 m_test = test_shard(*m_options.test_data, group.rank(), group.size());
+            if (m_options.test_dataset)
+            {
+                const auto [first, count] = shard_of(m_options.test_dataset->size(), group.rank(), group.size());
+                m_test_examples = std::make_shared<dataset_range>(m_options.test_dataset, first, count);
+            }
         }
         else if (lo.num_replicas != 1)
             throw xgrad::invalid_argument("trainer: the training loader is sharded over " +
@@ -135,6 +167,8 @@ namespace xgrad::train
                                           "the data: num_replicas must be 1)");
         if (!m_test)
             m_test = m_options.test_data;
+        if (!m_test_examples)
+            m_test_examples = m_options.test_dataset;
     }
 
     io::checkpoint_info trainer::resume(const std::filesystem::path& checkpoint)
@@ -285,7 +319,7 @@ namespace xgrad::train
     void trainer::evaluate_test(epoch_metrics& m)
     {
         m.test_loss = m.test_accuracy = std::numeric_limits<double>::quiet_NaN();
-        if (!m_test)
+        if (!m_test && !m_test_examples)
             return;
         evaluate_options eo;
         eo.device = m_options.device;
@@ -297,7 +331,8 @@ namespace xgrad::train
         eo.channel_mean = m_loader.options().channel_mean;
         eo.channel_std = m_loader.options().channel_std;
         eo.batch_size = m_options.test_batch_size;
-        const classifier_metrics r = evaluate_classifier(m_model, m_test, eo);
+        const classifier_metrics r = m_test ? evaluate_classifier(m_model, m_test, eo)
+                                            : evaluate_classifier(m_model, m_test_examples, eo);
         if (!m_options.data_parallel)
         {
             m.test_loss = r.loss;

@@ -1,17 +1,52 @@
 #pragma once
-// Datasets beyond bytes in memory, and the readers of other formats (layers/src/data/
-// dataset.cpp): the interface a user implements (a size and an example by index), a dataset of
-// tensors, and CIFAR-10's binary format. A data_loader (xgrad/data/loader.hpp) batches any of
-// them, applying transforms (xgrad/data/transforms.hpp) on its background thread.
+// The datasets (train/src/data/dataset.cpp): images held in memory as bytes (image_dataset, what
+// the file readers give: IDX in xgrad/data/idx.hpp, CIFAR-10 below), the interface a user
+// implements for any other data (a size and an example by index), a dataset of tensors, and the
+// error every reader throws for a file that is not what it should be. A data_loader
+// (xgrad/data/loader.hpp) batches any of them, applying transforms (xgrad/data/transforms.hpp) on
+// its background thread, and the trainer evaluates on either kind.
 #include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <vector>
 
-#include "xgrad/data/idx.hpp"
 #include "xgrad/tensor.hpp"
 
 namespace xgrad::data
 {
+    /// A file that is not what a reader expects; the message starts with the file's path.
+    class data_error : public std::runtime_error
+    {
+    public:
+        using std::runtime_error::runtime_error;
+    };
+
+    /// An image classification dataset held in memory: `images` [n, channels, rows, cols]
+    /// bytes (channel planes, as CIFAR-10 stores them; 1 channel for MNIST-format data) and
+    /// `labels` [n] in [0, classes).
+    struct image_dataset
+    {
+        std::int64_t size = 0, rows = 0, cols = 0, classes = 10;
+        std::vector<std::uint8_t> images; // n * channels * rows * cols
+        std::vector<std::uint8_t> labels; // n
+        std::int64_t channels = 1;
+    };
+
+    /// What the file readers (load_idx_dataset, load_mnist, load_cifar10) require of the files,
+    /// and what they keep.
+    struct dataset_options
+    {
+        /// Every label (of the whole file, also beyond `limit`) must be below it; in [1, 256].
+        std::int64_t classes = 10;
+        /// > 0: keep only the first `limit` examples; 0 keeps them all.
+        std::int64_t limit = 0;
+        /// > 0: the images must have exactly this many rows / cols (e.g. a model's input size);
+        /// 0 accepts any.
+        std::int64_t rows = 0, cols = 0;
+        /// The files must hold at least this many examples (counted before `limit`).
+        std::int64_t min_size = 0;
+    };
+
     /// One example: its input (for images, a floating [C, H, W] tensor on the CPU) and its
     /// class.
     struct example

@@ -1,6 +1,6 @@
 #pragma once
 // Reading MNIST-format (IDX) files, plain or gzip-compressed (through zlib)
-// (layers/src/data/idx.cpp).
+// (train/src/data/idx.cpp), into the image_dataset of xgrad/data/dataset.hpp.
 //
 // IDX: a big-endian header — two zero bytes, a type byte (0x08 unsigned byte is the only type
 // MNIST-format datasets use, and the only one accepted), the number of dimensions, then one
@@ -27,18 +27,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "xgrad/data/dataset.hpp" // image_dataset, dataset_options, data_error
+
 namespace xgrad::data
 {
-    class data_error : public std::runtime_error
-    {
-    public:
-        using std::runtime_error::runtime_error;
-    };
-
     /// The decoded contents of one IDX file of unsigned bytes.
     struct idx_array
     {
@@ -60,31 +55,6 @@ namespace xgrad::data
     /// data.size() != product(shape), an extent is outside [0, 2^32 - 1] or the rank exceeds
     /// 255; data_error, starting with `path`, when the file cannot be written.
     void write_idx(const std::filesystem::path& path, const idx_array& array);
-
-    /// An image classification dataset held in memory: `images` [n, channels, rows, cols]
-    /// bytes (channel planes, as CIFAR-10 stores them; 1 channel for MNIST-format data) and
-    /// `labels` [n] in [0, classes).
-    struct image_dataset
-    {
-        std::int64_t size = 0, rows = 0, cols = 0, classes = 10;
-        std::vector<std::uint8_t> images; // n * channels * rows * cols
-        std::vector<std::uint8_t> labels; // n
-        std::int64_t channels = 1;
-    };
-
-    /// What load_idx_dataset and load_mnist require of the files, and what they keep.
-    struct dataset_options
-    {
-        /// Every label (of the whole file, also beyond `limit`) must be below it; in [1, 256].
-        std::int64_t classes = 10;
-        /// > 0: keep only the first `limit` examples; 0 keeps them all.
-        std::int64_t limit = 0;
-        /// > 0: the images must have exactly this many rows / cols (e.g. a model's input size);
-        /// 0 accepts any.
-        std::int64_t rows = 0, cols = 0;
-        /// The files must hold at least this many examples (counted before `limit`).
-        std::int64_t min_size = 0;
-    };
 
     /// Reads an images file (rank 3) and a labels file (rank 1). Both headers are checked first,
     /// against each other (the same count) and `options` (image size, min_size), before the data

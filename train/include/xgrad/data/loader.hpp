@@ -46,7 +46,6 @@
 #include <vector>
 
 #include "xgrad/data/dataset.hpp"
-#include "xgrad/data/idx.hpp"
 #include "xgrad/data/transforms.hpp"
 #include "xgrad/dtype.hpp"
 #include "xgrad/tensor.hpp"

@@ -92,4 +92,9 @@ namespace xgrad::train
     /// data::data_loader does), and whatever the model's forward throws.
     classifier_metrics evaluate_classifier(nn::module& model, std::shared_ptr<const data::image_dataset> data,
                                            const evaluate_options& options = {});
+    /// The same over any dataset: its examples batched as data::data_loader batches them (the
+    /// images' normalisation options are not used), the classes counted from the logits' width
+    /// (the first batch's; every batch must have it). An empty dataset gives 0 examples.
+    classifier_metrics evaluate_classifier(nn::module& model, std::shared_ptr<const data::dataset> data,
+                                           const evaluate_options& options = {});
 }

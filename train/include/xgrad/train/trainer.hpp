@@ -96,6 +96,11 @@ namespace xgrad::train
         /// Evaluated after every epoch in the training loader's data format and dtype. Null: the test
         /// metrics are NaN (the CSV keeps them, the chart skips them).
         std::shared_ptr<const data::image_dataset> test_data;
+        /// A test set of any other kind, in place of test_data (set one of them, not both): the
+        /// examples of a data::dataset (a reader of one's own), batched as the training loader's
+        /// options say (the images' normalisation options do not apply to it), its classes
+        /// counted from the model's logits.
+        std::shared_ptr<const data::dataset> test_dataset;
         std::int64_t test_batch_size = 500;
         /// The mean loss of a batch, differentiable. Empty: cross_entropy (mean).
         loss_fn_type loss;
@@ -182,7 +187,8 @@ namespace xgrad::train
         size_type m_epochs_done = 0;
         std::vector<epoch_metrics> m_history;
         std::vector<step_metrics> m_steps;
-        bool m_writer = true;                              // logs and writes the files: rank 0
-        std::shared_ptr<const data::image_dataset> m_test; // the test set, or this rank's shard of it
+        bool m_writer = true;                                 // logs and writes the files: rank 0
+        std::shared_ptr<const data::image_dataset> m_test;    // the test set, or this rank's shard of it
+        std::shared_ptr<const data::dataset> m_test_examples; // the same for options.test_dataset
     };
 }
