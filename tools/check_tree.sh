@@ -8,6 +8,9 @@
 #   side doors the kernel table (backend_for, kernel_table) is reached only by backends/,
 #              core/src/, tests/ and bench/; no container of nn/ inspects its children's classes
 #              (no dynamic_cast in module.cpp or sequential.cpp).
+#   paths      a path of the tree named in a comment of a C++, CMake or script file
+#              (core/src/ops/conv.cpp, tests/nn/...) names a file that exists: moved files leave
+#              no stale pointers behind. (The Markdown files' paths are checked by test_docs.)
 #   sizes      no tracked C++ file over 600 lines, no function over 150 lines (the body from its
 #              opening to its closing brace; the code is clang-formatted, so a function's braces
 #              stand alone on their lines at the indentation of its signature).
@@ -25,7 +28,7 @@ list_functions=""
 case "${1:-}" in
   "") ;;
   --list-functions) list_functions=${2:?--list-functions needs a line count} ;;
-  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
   *) echo "usage: tools/check_tree.sh [--list-functions N]" >&2; exit 2 ;;
 esac
 
@@ -122,6 +125,16 @@ while IFS=: read -r f line _; do
 done < <(git grep -n 'dynamic_cast' -- nn/src/module.cpp nn/src/sequential.cpp nn/include/xgrad/nn/module.hpp \
            nn/include/xgrad/nn/sequential.hpp || true)
 
+# ---- paths ----------------------------------------------------------------------------------
+# A path starts at a top-level folder of the tree, not inside another path or an include's
+# quotes, and ends in a file name with an extension. tests/docs/ plants missing paths on purpose.
+top_folders='base|backends|core|nn|train|examples|bench|tests|tools|docs|cmake|layers'
+while IFS=: read -r f line p; do
+  [[ -e $p ]] || breach "$f:$line: paths: names $p, which does not exist"
+done < <(git ls-files -- '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' '*.cmake' '*.in' 'CMakeLists.txt' '*/CMakeLists.txt' \
+           '*.sh' '*.py' '.ci/*' | grep -v -e '^tests/fuzz/corpus/' -e '^tests/docs/' |
+         xargs grep -noP "(?<![A-Za-z0-9_/.<\"-])($top_folders)/[A-Za-z0-9_./-]*[A-Za-z0-9_]\.(cpp|hpp|h|cu|cuh|md|sh|py|cmake|txt|json|in)\b" || true)
+
 # ---- sizes ----------------------------------------------------------------------------------
 for f in "${cpp_files[@]}"; do
   n=$(wc -l < "$f")
@@ -175,4 +188,4 @@ if ((breaches)); then
   echo "check_tree: $breaches breach(es) of the tree's rules (above; tools/check_tree.sh explains each rule)" >&2
   exit 1
 fi
-echo "check_tree: ${#cpp_files[@]} C++ files keep the floors, reach no side door, and keep the sizes"
+echo "check_tree: ${#cpp_files[@]} C++ files keep the floors, reach no side door, name no missing path, and keep the sizes"

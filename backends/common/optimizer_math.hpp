@@ -5,7 +5,7 @@
 // xsimd batch for the CPU fast kernels (backends/cpu/simd/optim_impl.hpp), which therefore run
 // the very same operations on several elements at a time.
 //
-// The formulas are the optimizers' composite update rules (layers/src/optim/optimizer.cpp,
+// The formulas are the optimizers' composite update rules (train/src/optim/sgd.cpp and adam.cpp,
 // kept there as these kernels' oracle) operation for operation: every constant is converted to
 // the compute type T once (as a double scalar operand of an op takes the tensor's dtype), and
 // each product, sum, quotient and square root is one IEEE operation in T, in the same order.
@@ -18,38 +18,14 @@
 #include <type_traits>
 
 #include "xgrad/half.hpp" // XGRAD_HOST_DEVICE
+#include "xgrad/optim_params.hpp"
 
 namespace xgrad::kernels
 {
-    /// SGD with momentum, PyTorch's rule: d = g + weight_decay p (when weight_decay != 0);
-    /// with momentum != 0, b = d on the first step (no buffer yet), else
-    /// b = momentum b + (1 - dampening) d (the factor skipped when dampening is 0), and
-    /// d = nesterov ? d + momentum b : b; then p -= lr d.
-    struct sgd_step_coefficients
-    {
-        double lr = 0.0;
-        double weight_decay = 0.0;
-        double momentum = 0.0;
-        double dampening = 0.0;
-        bool nesterov = false;
-    };
-
-    /// Adam (decoupled = false) and AdamW (decoupled = true), PyTorch's rule with the bias
-    /// corrections folded into scalars: c1 = 1 - beta1^t, c2 = 1 - beta2^t for step t,
-    ///   adam:  g += weight_decay p;      adamw: base = (1 - lr weight_decay) p (else base = p)
-    ///   m = beta1 m + (1 - beta1) g;     v = beta2 v + (1 - beta2) g^2  (m = v = 0 before)
-    ///   p = base - (m / (sqrt(v) / sqrt(c2) + eps)) (lr / c1).
-    struct adam_step_coefficients
-    {
-        double lr = 0.0;
-        double beta1 = 0.9;
-        double beta2 = 0.999;
-        double eps = 1e-8;
-        double weight_decay = 0.0;
-        bool decoupled = false;
-        double bias_correction1 = 1.0; // c1 = 1 - beta1^t
-        double bias_correction2 = 1.0; // c2 = 1 - beta2^t
-    };
+    /// The steps' hyperparameters (xgrad/optim_params.hpp, where their formulas are stated),
+    /// under the kernels' names: the kernels and the core op take the very same structs.
+    using sgd_step_coefficients = xgrad::sgd_step_params;
+    using adam_step_coefficients = xgrad::adam_step_params;
 
     namespace detail
     {

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the layer tests (tests/layers/test_layers_module.cpp and tests/layers/test_layers_batch_norm.cpp,
+// Shared by the layer tests (tests/nn/test_layers_module.cpp and tests/nn/test_layers_batch_norm.cpp,
 // one ctest executable test_layers): elementwise comparison with a relative tolerance, and
 // the names of a module's named parameters or buffers.
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Shared by the tests of the batch-norm API (tests/core/ops/test_batch_norm_api.cpp) and of the
-// TensorFlow compatibility layer over it (tests/compat/test_compat_tensorflow.cpp): bit-identity
+// TensorFlow compatibility layer over it (tests/core/compat/test_compat_tensorflow.cpp): bit-identity
 // of two results, attributes in one call, and the random inputs of one case.
 #include <doctest/doctest.h>
 

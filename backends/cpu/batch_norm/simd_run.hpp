@@ -9,23 +9,17 @@
 #include <cstdint>
 
 #include "backends/cpu/batch_norm/simd_terms.hpp"
+#include "backends/cpu/simd/batch_impl.hpp" // impl::combine_lanes_pairwise
 
 namespace xgrad::cpu::simd
 {
     namespace bn_impl
     {
-        /// The lanes of s combined pairwise (lane j with lane j + half, halving): log2(lanes)
-        /// levels.
+        /// The lanes of s summed pairwise (the fast kernels' one order, simd/batch_impl.hpp).
         template <class Arch, class T>
         T combine_lanes(const batch<Arch, T>& s) noexcept
         {
-            constexpr std::int64_t w = lanes<Arch, T>;
-            alignas(64) T v[w];
-            s.store_aligned(v);
-            for (std::int64_t half = w / 2; half >= 1; half /= 2)
-                for (std::int64_t j = 0; j < half; ++j)
-                    v[j] = v[j] + v[j + half];
-            return v[0];
+            return impl::combine_lanes_pairwise(s, [](T a, T b) { return a + b; });
         }
 
         /// Lanes first .. lanes-1 (negated: the real lanes 0 .. first-1 of a padded batch).

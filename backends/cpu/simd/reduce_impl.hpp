@@ -27,17 +27,11 @@ namespace xgrad::cpu::simd
             return (v > acc || v != v) ? v : acc;
         }
 
-        /// The lanes of s combined pairwise (lane j with lane j + half, halving).
+        /// The lanes of s combined pairwise (batch_impl.hpp's order): sums, or NaN-propagating maxima.
         template <class Arch, class T, bool Sum>
         T combine_lanes(const batch<Arch, T>& s) noexcept
         {
-            constexpr std::int64_t w = lanes<Arch, T>;
-            alignas(64) T v[w];
-            s.store_aligned(v);
-            for (std::int64_t half = w / 2; half >= 1; half /= 2)
-                for (std::int64_t j = 0; j < half; ++j)
-                    v[j] = Sum ? v[j] + v[j + half] : max_nan_scalar<Arch, T>(v[j], v[j + half]);
-            return v[0];
+            return combine_lanes_pairwise(s, [](T a, T b) { return Sum ? a + b : max_nan_scalar<Arch, T>(a, b); });
         }
 
         template <class Arch, class T, bool Sum>

@@ -95,15 +95,9 @@ namespace xgrad
             fail(op, "momentum is 0: the rule keeps no buffer, momentum_out and momentum must be undefined");
         check_step(op, given({{"param_out", param_out}, {"momentum_out", momentum_out}}),
                    given({{"param", param}, {"grad", grad}, {"momentum", momentum}}));
-        kernels::sgd_step_coefficients c;
-        c.lr = p.lr;
-        c.weight_decay = p.weight_decay;
-        c.momentum = p.momentum;
-        c.dampening = p.dampening;
-        c.nesterov = p.nesterov;
         detail::backend_for(param.device())
             .sgd_step(param_out.data_ptr(), keeps_buffer ? momentum_out.data_ptr() : nullptr, param.data_ptr(),
-                      grad.data_ptr(), ptr_or_null(momentum), param.dtype(), param.numel(), c);
+                      grad.data_ptr(), ptr_or_null(momentum), param.dtype(), param.numel(), p);
     }
 
     void adam_step(const tensor& param_out, const tensor& exp_avg_out, const tensor& exp_avg_sq_out,
@@ -116,17 +110,8 @@ namespace xgrad
             fail(op, "exp_avg and exp_avg_sq must both be given, or both be undefined (the first step)");
         check_step(op, {{"param_out", param_out}, {"exp_avg_out", exp_avg_out}, {"exp_avg_sq_out", exp_avg_sq_out}},
                    given({{"param", param}, {"grad", grad}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}}));
-        kernels::adam_step_coefficients c;
-        c.lr = p.lr;
-        c.beta1 = p.beta1;
-        c.beta2 = p.beta2;
-        c.eps = p.eps;
-        c.weight_decay = p.weight_decay;
-        c.decoupled = p.decoupled;
-        c.bias_correction1 = p.bias_correction1;
-        c.bias_correction2 = p.bias_correction2;
         detail::backend_for(param.device())
             .adam_step(param_out.data_ptr(), exp_avg_out.data_ptr(), exp_avg_sq_out.data_ptr(), param.data_ptr(),
-                       grad.data_ptr(), ptr_or_null(exp_avg), ptr_or_null(exp_avg_sq), param.dtype(), param.numel(), c);
+                       grad.data_ptr(), ptr_or_null(exp_avg), ptr_or_null(exp_avg_sq), param.dtype(), param.numel(), p);
     }
 }

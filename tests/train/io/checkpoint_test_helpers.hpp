@@ -1,6 +1,6 @@
 #pragma once
-// Shared by the safetensors and checkpoint tests (tests/layers/io/test_checkpoint_safetensors.cpp and
-// tests/layers/io/test_checkpoint_checkpoints.cpp, one ctest executable test_checkpoint): the
+// Shared by the safetensors and checkpoint tests (tests/train/io/test_checkpoint_safetensors.cpp and
+// tests/train/io/test_checkpoint_checkpoints.cpp, one ctest executable test_checkpoint): the
 // CHECK_FORMAT_ERROR macro, a scratch folder, raw file bytes, and the comparison of two
 // tensors' shapes, dtypes and bytes.
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 #pragma once
 // The bytes of a file as a stream, as stored or inflated on the fly: the one way the IDX reader
-// (idx.cpp) reads a file. Internal to layers/src/data.
+// (idx.cpp) reads a file. Internal to train/src/data.
 //
 // The file is opened with io::detail::input_file (a FIFO or a folder is refused at once, the
 // size is known before a byte is read). For a name ending in ".gz" the first bytes must be the

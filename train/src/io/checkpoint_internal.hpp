@@ -1,5 +1,5 @@
 #pragma once
-// What the checkpoint reader and the weights reader share (layers/src/io/checkpoint.cpp).
+// What the checkpoint reader and the weights reader share (train/src/io/checkpoint.cpp).
 #include <filesystem>
 #include <string>
 #include <string_view>

@@ -1,6 +1,6 @@
 #pragma once
 // Opening a file for reading, the one way xgrad's readers (safetensors, checkpoints, IDX,
-// metrics) do it (layers/src/io/input_file.cpp).
+// metrics) do it (train/src/io/input_file.cpp).
 //
 // The file is opened with O_NONBLOCK, so that opening a FIFO whose other end nobody holds
 // returns at once instead of blocking forever, then checked with fstat: anything but a regular

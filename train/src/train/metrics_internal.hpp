@@ -1,5 +1,5 @@
 #pragma once
-// What the CSV and SVG halves of the metrics files share (layers/src/train/metrics_csv.cpp).
+// What the CSV and SVG halves of the metrics files share (train/src/train/metrics_csv.cpp).
 #include <filesystem>
 #include <string>
 

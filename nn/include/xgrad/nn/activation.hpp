@@ -1,5 +1,5 @@
 #pragma once
-// Parameter-free layers (layers/src/layers.cpp): relu, flatten, dropout.
+// Parameter-free layers (nn/src/activation.cpp): relu, flatten, dropout.
 #include <cstdint>
 #include <string>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Batch normalisation layers over 4-D and 5-D inputs (layers/src/batch_norm.cpp), with
+// Batch normalisation layers over 4-D and 5-D inputs (nn/src/batch_norm.cpp), with
 // PyTorch's BatchNorm2d / BatchNorm3d semantics, built on the fused op
 // xgrad::fused_batch_norm (xgrad/ops/batch_norm.hpp). The layer holds options, parameters and
 // buffers; its forward is one call of the op, and its gradients (of every order) are the op's.

@@ -1,5 +1,5 @@
 #pragma once
-// Weight initialisation with a seeded generator (layers/src/init.cpp): the same seed gives
+// Weight initialisation with a seeded generator (nn/src/init.cpp): the same seed gives
 // the same weights on every platform (xgrad::generator defines its own streams).
 //
 // Fans of a weight of shape [out, in, k...]: fan_in = in * prod(k), fan_out = out * prod(k);

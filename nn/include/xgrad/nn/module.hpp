@@ -1,5 +1,5 @@
 #pragma once
-// xgrad::nn::module: the base of the neural-network layers (layers/src/module.cpp).
+// xgrad::nn::module: the base of the neural-network layers (nn/src/module.cpp).
 //
 // A module owns named tensors of two kinds, registered by its subclass in its constructor:
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Pooling layers (layers/src/layers.cpp): no parameters; forward calls the op of the same name
+// Pooling layers (nn/src/pool.cpp): no parameters; forward calls the op of the same name
 // (core/include/xgrad/ops/pool.hpp), in the layer's data_format.
 #include <array>
 #include <cstdint>

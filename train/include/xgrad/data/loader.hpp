@@ -1,5 +1,5 @@
 #pragma once
-// Batches of a dataset as tensors (layers/src/data/loader.cpp): an image_dataset of bytes in
+// Batches of a dataset as tensors (train/src/data/loader.cpp): an image_dataset of bytes in
 // memory (MNIST-format, CIFAR-10), or any data::dataset (xgrad/data/dataset.hpp).
 //
 // Each epoch visits the dataset in an order given by (seed, epoch) alone — shuffled with

@@ -1,6 +1,6 @@
 #pragma once
 // Transforms of one example's input, composable in a list, for a data_loader to apply on its
-// background thread (layers/src/data/transforms.cpp).
+// background thread (train/src/data/transforms.cpp).
 //
 // A transform takes a floating [C, H, W] CPU tensor and a generator and returns the
 // transformed tensor (float32, or float64 for a float64 input; contiguous). The loader gives

@@ -1,5 +1,5 @@
 #pragma once
-// xgrad::distributed: processes that train one model together, over MPI (layers/src/distributed/).
+// xgrad::distributed: processes that train one model together, over MPI (train/src/distributed/).
 //
 // A job is K processes started by an MPI launcher (`mpirun -np K program ...`), each with a
 // rank in [0, K). init() joins the job; process_group::world() is every process of it.

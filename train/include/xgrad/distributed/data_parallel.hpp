@@ -1,5 +1,5 @@
 #pragma once
-// Data-parallel training of one nn::module over a process group (layers/src/distributed/).
+// Data-parallel training of one nn::module over a process group (train/src/distributed/).
 //
 //   xgrad::distributed::environment env(&argc, &argv);
 //   auto model = std::make_shared<my_model>();           // same construction on every rank

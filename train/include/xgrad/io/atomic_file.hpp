@@ -1,5 +1,5 @@
 #pragma once
-// Writing a file atomically and durably (layers/src/io/atomic_file.cpp): the one way xgrad
+// Writing a file atomically and durably (train/src/io/atomic_file.cpp): the one way xgrad
 // writes files (checkpoints, IDX files, the examples' metrics).
 //
 // The data goes to a uniquely named temporary file next to the target ("<path>.tmp-<16 hex>",

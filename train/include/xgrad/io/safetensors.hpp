@@ -1,6 +1,6 @@
 #pragma once
 // Tensors on disk in the safetensors format, and training checkpoints built on it
-// (layers/src/io/safetensors.cpp, layers/src/io/checkpoint.cpp).
+// (train/src/io/safetensors.cpp, train/src/io/checkpoint.cpp).
 //
 // safetensors: an 8-byte little-endian header length L, L bytes of JSON (UTF-8, padded with
 // spaces to a multiple of 8) mapping each tensor name to {"dtype", "shape", "data_offsets":

@@ -1,5 +1,5 @@
 #pragma once
-// Learning-rate schedules (layers/src/optim/lr_scheduler.cpp): pure functions of the epoch
+// Learning-rate schedules (train/src/optim/lr_scheduler.cpp): pure functions of the epoch
 // (or step) number, so that a resumed run computes the same rate as an uninterrupted one
 // without saving any scheduler state. A schedule does not touch an optimizer: the caller
 // passes lr_at(epoch) to optimizer::set_lr.

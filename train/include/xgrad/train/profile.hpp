@@ -1,5 +1,5 @@
 #pragma once
-// Profiler output for files (layers/src/train/profile.cpp); the recording and the table are
+// Profiler output for files (train/src/train/profile.cpp); the recording and the table are
 // xgrad/profiler.hpp's.
 #include <filesystem>
 
