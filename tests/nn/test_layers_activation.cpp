@@ -80,7 +80,8 @@ TEST_CASE("activation modules refuse bad parameters when built, naming the op")
 
 TEST_CASE("a lambda module wraps a function of one's own")
 {
-    nn::lambda twice("twice", [](const tensor& t) { return t * 2.0; }, "factor=2");
+    nn::lambda twice(
+        "twice", [](const tensor& t) { return t * 2.0; }, "factor=2");
     const tensor x = full({3}, 1.5, dtype::float64);
     CHECK(to_vector(twice(x)) == std::vector<double>{3.0, 3.0, 3.0});
     CHECK(twice.type_name() == "twice");

@@ -23,8 +23,10 @@
 // axis.
 #include "xgrad/ops/conv.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../detail.hpp"
@@ -33,6 +35,7 @@
 #include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
+#include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad::detail
@@ -226,18 +229,24 @@ namespace xgrad
             return x;
         }
 
+        /// A group's weight [O, C, KH, KW] as the GEMM's matrix, with recorded ops (its gradient
+        /// flows back through them): NHWC multiplies by rows ordered (kh, kw, c) like its cols
+        /// columns, [K, O]; NCHW by [O, K].
+        tensor weight_matrix(const tensor& weight, bool channels_last)
+        {
+            const std::int64_t o = weight.shape()[0];
+            const std::int64_t k = weight.shape()[1] * weight.shape()[2] * weight.shape()[3];
+            return channels_last ? reshape(permute(weight, {2, 3, 1, 0}), {k, o}) : reshape(weight, {o, k});
+        }
+
         /// conv2d of one group on checked arguments: x [N, C, H, W] or [N, H, W, C] (possibly a
         /// channel slice), weight [O, C, KH, KW], bias [O] or undefined. The weight is viewed as
         /// the GEMM's matrix with recorded ops, so its gradient flows back through them.
         tensor conv_group(const tensor& x, const tensor& weight, const tensor& bias, const window2d& w,
                           bool channels_last, const std::array<std::int64_t, 2>& out)
         {
-            const std::int64_t o = weight.shape()[0];
-            const std::int64_t k = weight.shape()[1] * weight.shape()[2] * weight.shape()[3];
-            // NHWC multiplies by rows ordered (kh, kw, c) like its cols columns.
-            const tensor wmat = channels_last ? reshape(permute(weight, {2, 3, 1, 0}), {k, o})
-                                              : reshape(weight, {o, k});
-            return detail::conv_forward(x, wmat, bias, detail::conv_geometry{w, channels_last, out});
+            return detail::conv_forward(x, weight_matrix(weight, channels_last), bias,
+                                        detail::conv_geometry{w, channels_last, out});
         }
 
         void check_operand(const tensor& t, const tensor& x, const char* arg, const char* op)
@@ -250,6 +259,27 @@ namespace xgrad
                                             to_string(t.device()) + " but x has dtype " + std::string(name(x.dtype())) +
                                             " on " + to_string(x.device()) +
                                             " (all operands must share dtype and device)");
+        }
+
+        /// The checks conv2d and conv_transpose2d share: x an image (checked before), weight a
+        /// defined 4-D tensor of x's dtype and device with a non-empty kernel, bias undefined or
+        /// of x's dtype and device, groups >= 1. `layout` names the weight's dimensions.
+        void check_weight(const tensor& x, const tensor& weight, const tensor& bias, std::int64_t groups,
+                          const char* layout, const char* op)
+        {
+            if (!weight.defined())
+                detail::window_fail(op, "weight is undefined");
+            check_operand(weight, x, "weight", op);
+            if (weight.dim() != 4)
+                detail::window_fail(op, std::string("weight must have 4 dimensions ") + layout + ", got shape " +
+                                            shape_to_string(weight.shape()));
+            if (weight.shape()[2] < 1 || weight.shape()[3] < 1)
+                detail::window_fail(op, "weight of shape " + shape_to_string(weight.shape()) +
+                                            " has an empty kernel (KH and KW must be >= 1)");
+            if (bias.defined())
+                check_operand(bias, x, "bias", op);
+            if (groups < 1)
+                detail::window_fail(op, "groups must be >= 1, got " + std::to_string(groups));
         }
     }
 
@@ -304,21 +334,9 @@ namespace xgrad
         const char* op = "conv2d";
         const bool cl = detail::channels_last_format(data_format, op);
         detail::check_image(x, "x", op);
-        if (!weight.defined())
-            detail::window_fail(op, "weight is undefined");
-        check_operand(weight, x, "weight", op);
-        if (weight.dim() != 4)
-            detail::window_fail(op, "weight must have 4 dimensions [O, C / groups, KH, KW], got shape " +
-                                        shape_to_string(weight.shape()));
-        if (weight.shape()[2] < 1 || weight.shape()[3] < 1)
-            detail::window_fail(op, "weight of shape " + shape_to_string(weight.shape()) +
-                                        " has an empty kernel (KH and KW must be >= 1)");
-        if (bias.defined())
-            check_operand(bias, x, "bias", op);
+        check_weight(x, weight, bias, p.groups, "[O, C / groups, KH, KW]", op);
         const detail::image_dims im = detail::image_dims_of(x.shape(), cl);
         const std::int64_t groups = p.groups, o = weight.shape()[0];
-        if (groups < 1)
-            detail::window_fail(op, "groups must be >= 1, got " + std::to_string(groups));
         if (im.c % groups != 0)
             detail::window_fail(op, "x has " + std::to_string(im.c) + " channels (shape " + shape_to_string(x.shape()) +
                                         ", " + std::string(data_format) +
@@ -355,5 +373,92 @@ namespace xgrad
             parts.push_back(conv_group(xg, wg, bg, w, cl, out));
         }
         return concat(parts, im.c_axis);
+    }
+
+    tensor conv_transpose2d(const tensor& x, const tensor& weight, const tensor& bias, const conv_transpose2d_params& p,
+                            std::string_view data_format)
+    {
+        XGRAD_PROFILE_OP("conv_transpose2d");
+        const char* op = "conv_transpose2d";
+        const bool cl = detail::channels_last_format(data_format, op);
+        detail::check_image(x, "x", op);
+        check_weight(x, weight, bias, p.groups, "[C_in, C_out / groups, KH, KW]", op);
+        const detail::image_dims im = detail::image_dims_of(x.shape(), cl);
+        const std::int64_t groups = p.groups;
+        if (weight.shape()[0] != im.c)
+            detail::window_fail(op, "weight of shape " + shape_to_string(weight.shape()) + " expects " +
+                                        std::to_string(weight.shape()[0]) + " input channels, but x of shape " +
+                                        shape_to_string(x.shape()) + " (" + std::string(data_format) + ") has " +
+                                        std::to_string(im.c));
+        if (im.c % groups != 0)
+            detail::window_fail(op, "x has " + std::to_string(im.c) + " channels (shape " + shape_to_string(x.shape()) +
+                                        "), not divisible by groups = " + std::to_string(groups));
+        const std::int64_t cg = weight.shape()[1], c_out = checked_mul(cg, groups, op);
+        if (bias.defined() && bias.shape() != shape_type{c_out})
+            detail::window_fail(op, "bias must have shape [" + std::to_string(c_out) +
+                                        "] (one per output channel: weight " + shape_to_string(weight.shape()) +
+                                        " with groups = " + std::to_string(groups) + "), got " +
+                                        shape_to_string(bias.shape()));
+        const window2d w{{weight.shape()[2], weight.shape()[3]}, p.stride, p.padding, p.dilation};
+        // The window's fields get conv2d's checks (each in [0 or 1, 2^31 - 1]) on an input of
+        // the largest allowed size, which no valid window empties; the sums below then stay far
+        // inside int64.
+        constexpr std::int64_t largest = std::int64_t{1} << 62;
+        detail::checked_output_size(w, largest, largest, op);
+        std::array<std::int64_t, 2> full{};
+        const std::array<std::int64_t, 2> in{im.h, im.w};
+        for (std::size_t a = 0; a < 2; ++a)
+        {
+            const std::int64_t op_pad = p.output_padding[a];
+            if (op_pad < 0 || op_pad >= std::max(w.stride[a], w.dilation[a]))
+                detail::window_fail(op, "output_padding must be in [0, max(stride, dilation)) in each axis, got " +
+                                            detail::pair_to_string(p.output_padding) + " with stride " +
+                                            detail::pair_to_string(w.stride) + " and dilation " +
+                                            detail::pair_to_string(w.dilation));
+            if (in[a] < 1)
+                detail::window_fail(op, "x of shape " + shape_to_string(x.shape()) + " has an empty spatial axis");
+            // (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+            const std::int64_t grown = checked_add(checked_mul(in[a] - 1, w.stride[a], op),
+                                                   w.dilation[a] * (w.kernel[a] - 1) + op_pad + 1, op);
+            full[a] = grown - 2 * w.padding[a];
+            if (full[a] < 1)
+                detail::window_fail(op, "the output would be empty: x of shape " + shape_to_string(x.shape()) +
+                                            " with " + detail::window_to_string(w) + " and output_padding " +
+                                            detail::pair_to_string(p.output_padding) + " gives spatial size " +
+                                            std::to_string(full[a]) + " in axis " + std::to_string(a));
+        }
+        const shape_type y_shape = cl ? shape_type{im.n, full[0], full[1], c_out}
+                                      : shape_type{im.n, c_out, full[0], full[1]};
+        numel_of(y_shape); // rejects sizes that overflow, naming the shape
+        // The conv2d of y's shape gives back x's spatial size, plus one more row (column) per
+        // stride that output_padding adds beyond the stride (possible where dilation > stride):
+        // those rows of y receive no input, so x is padded with zeros there.
+        const auto conv_out = detail::checked_output_size(w, full[0], full[1], op);
+        detail::check_cols_size(detail::image_dims_of(y_shape, cl), w, conv_out, op);
+        tensor xin = x;
+        if (conv_out[0] != im.h || conv_out[1] != im.w)
+        {
+            std::vector<std::pair<std::int64_t, std::int64_t>> widths(4, {0, 0});
+            widths[static_cast<std::size_t>(im.h_axis)] = {0, conv_out[0] - im.h};
+            widths[static_cast<std::size_t>(im.w_axis)] = {0, conv_out[1] - im.w};
+            xin = pad(x, widths);
+        }
+        const std::int64_t og = im.c / groups;
+        std::vector<tensor> parts;
+        parts.reserve(static_cast<std::size_t>(groups));
+        for (std::int64_t g = 0; g < groups; ++g)
+        {
+            // The group's conv2d has weight [og, cg, KH, KW]: x's channels are its outputs.
+            const tensor xg = groups == 1 ? xin : slice(xin, im.c_axis, g * og, (g + 1) * og);
+            const tensor wg = groups == 1 ? weight : slice(weight, 0, g * og, (g + 1) * og);
+            const shape_type part_shape = cl ? shape_type{im.n, full[0], full[1], cg}
+                                             : shape_type{im.n, cg, full[0], full[1]};
+            parts.push_back(
+                detail::conv_input_grad(xg, weight_matrix(wg, cl), part_shape, detail::conv_geometry{w, cl, conv_out}));
+        }
+        tensor y = groups == 1 ? parts[0] : concat(parts, im.c_axis);
+        if (bias.defined())
+            y = add(y, cl ? bias : reshape(bias, {c_out, 1, 1}));
+        return y;
     }
 }

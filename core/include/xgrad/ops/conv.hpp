@@ -1,5 +1,5 @@
 #pragma once
-// 2-D convolution and its linear building blocks (core/src/ops/conv.cpp, conv_gemm.cpp).
+// 2-D convolution, its transpose and their linear building blocks (core/src/ops/conv.cpp, conv_gemm.cpp).
 //
 // conv2d is im2col + GEMM: unfold2d (im2col) gathers every receptive field into a matrix and
 // one GEMM (the backend's, OpenBLAS on the CPU) multiplies it by the weights, with the bias
@@ -78,4 +78,28 @@ namespace xgrad
     /// float32 and rounded once to the dtype.
     tensor conv2d(const tensor& x, const tensor& weight, const tensor& bias = {}, const conv2d_params& p = {},
                   std::string_view data_format = "NCHW");
+
+    struct conv_transpose2d_params
+    {
+        std::array<std::int64_t, 2> stride{1, 1};
+        std::array<std::int64_t, 2> padding{0, 0};
+        /// Added to one side of each output axis, to pick among the input sizes that a strided
+        /// conv2d maps to the same output size; each in [0, max(stride, dilation)).
+        std::array<std::int64_t, 2> output_padding{0, 0};
+        std::array<std::int64_t, 2> dilation{1, 1};
+        std::int64_t groups = 1;
+    };
+
+    /// The transposed convolution (PyTorch's conv_transpose2d): the adjoint of conv2d with the
+    /// same weight, window and groups, i.e. the gradient of that conv2d with respect to its
+    /// input, plus bias. x [N, C_in, H, W] (or NHWC), weight [C_in, C_out / groups, KH, KW]
+    /// (PyTorch's layout: conv2d's [O, C / groups, KH, KW] read the other way), bias [C_out] or
+    /// undefined. Result [N, C_out, OH, OW] (or NHWC), per axis
+    ///   out = (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1.
+    /// Computed by conv2d's own input-gradient product, so its gradients are conv2d and
+    /// conv2d's weight gradient, to every order. dtypes and layouts as conv2d. Errors as
+    /// conv2d's, and: weight.shape[0] != C_in, C_in not divisible by groups, output_padding
+    /// outside [0, max(stride, dilation)), an empty output.
+    tensor conv_transpose2d(const tensor& x, const tensor& weight, const tensor& bias = {},
+                            const conv_transpose2d_params& p = {}, std::string_view data_format = "NCHW");
 }

@@ -1,9 +1,11 @@
 #pragma once
-// The convolution layer (nn/src/conv.cpp): options, parameters, and a forward that calls one
-// op (xgrad::conv2d). No layer writes a backward. The fully connected layer, which shares the
-// parameter and initialisation rules below, is in xgrad/nn/linear.hpp.
+// The convolution layers (nn/src/conv.cpp): options, parameters, and a forward that calls one
+// op (xgrad::conv2d, xgrad::conv_transpose2d); and upsample, which resizes between them in a
+// decoder. No layer writes a backward. The fully connected layer, which shares the parameter
+// and initialisation rules below, is in xgrad/nn/linear.hpp.
 //
-// Parameters: "weight" and, when `bias`, "bias". Initialisation from the generator given to
+// Parameters: "weight" ([O, C/groups, KH, KW] for conv2d, [C, O/groups, KH, KW] for
+// conv_transpose2d, as PyTorch) and, when `bias`, "bias" ([O]). Initialisation from the generator given to
 // the constructor: the weight by options.weight_init (default U(-1/sqrt(fan_in),
 // 1/sqrt(fan_in)); see init.hpp), the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in));
 // reset_parameters(gen) draws them again.
@@ -20,6 +22,7 @@
 #include "xgrad/nn/init.hpp"
 #include "xgrad/nn/module.hpp"
 #include "xgrad/ops/conv.hpp"
+#include "xgrad/ops/upsample.hpp"
 
 namespace xgrad::nn
 {
@@ -69,8 +72,57 @@ namespace xgrad::nn
         std::string describe() const override;
         void reset_parameters(generator& gen);
         const options_type& options() const noexcept { return m_options; }
+        /// The parameters (the handles the module holds; see module.hpp); bias() is undefined
+        /// for a layer without one.
+        tensor weight() const { return parameter("weight"); }
+        tensor bias() const { return m_options.bias ? parameter("bias") : tensor(); }
 
     private:
         options_type m_options;
+    };
+
+    /// conv2d's options and output_padding (see xgrad::conv_transpose2d_params).
+    struct conv_transpose2d_options : conv2d_options
+    {
+        using conv2d_options::conv2d_options;
+        std::array<std::int64_t, 2> output_padding{0, 0};
+    };
+
+    /// The transposed convolution (torch.nn.ConvTranspose2d): upsampling by a learned kernel.
+    /// Initialised as PyTorch's, from the weight's fan-in (O / groups * KH * KW). Errors as
+    /// conv2d's, and output_padding outside [0, max(stride, dilation)).
+    class conv_transpose2d final : public module
+    {
+    public:
+        using options_type = conv_transpose2d_options;
+
+        conv_transpose2d(const options_type& options, generator& gen);
+        tensor forward(const tensor& x) override;
+        std::string_view type_name() const noexcept override { return "conv_transpose2d"; }
+        std::string describe() const override;
+        void reset_parameters(generator& gen);
+        const options_type& options() const noexcept { return m_options; }
+        tensor weight() const { return parameter("weight"); }
+        tensor bias() const { return m_options.bias ? parameter("bias") : tensor(); }
+
+    private:
+        options_type m_options;
+    };
+
+    /// Resizes images (torch.nn.Upsample): xgrad::upsample with the layer's params, in its
+    /// data_format. Errors (xgrad::invalid_argument naming upsample): the op's, at
+    /// construction where they concern the params, in forward for the input.
+    class upsample final : public module
+    {
+    public:
+        explicit upsample(upsample_params params, std::string data_format = "NCHW");
+        tensor forward(const tensor& x) override;
+        std::string_view type_name() const noexcept override { return "upsample"; }
+        std::string describe() const override;
+        const upsample_params& params() const noexcept { return m_params; }
+
+    private:
+        upsample_params m_params;
+        std::string m_format;
     };
 }

@@ -46,6 +46,10 @@ namespace xgrad::nn
         std::string describe() const override;
         void reset_parameters(generator& gen);
         const options_type& options() const noexcept { return m_options; }
+        /// The parameters (the handles the module holds; see module.hpp); bias() is undefined
+        /// for a layer without one.
+        tensor weight() const { return parameter("weight"); }
+        tensor bias() const { return m_options.bias ? parameter("bias") : tensor(); }
 
     private:
         options_type m_options;
