@@ -1,6 +1,8 @@
 // xgrad::nn::module (see module.hpp for the contract).
 #include "xgrad/nn/module.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 
 #include "xgrad/autograd.hpp"
@@ -42,6 +44,69 @@ namespace xgrad::nn
     module& module::operator=(module&&) noexcept = default;
 
     std::string_view module::type_name() const noexcept { return "module"; }
+
+    tensor module::operator()(const tensor& x)
+    {
+        tensor y = forward(x);
+        // A copy: a hook may register or remove hooks of this module.
+        const auto hooks = m_hooks;
+        for (const auto& [id, hook] : hooks)
+        {
+            tensor replaced = hook(*this, x, y);
+            if (replaced.defined())
+                y = std::move(replaced);
+        }
+        return y;
+    }
+
+    std::int64_t module::register_forward_hook(forward_hook_type hook)
+    {
+        if (!hook)
+            fail("register_forward_hook: the hook is empty");
+        m_hooks.emplace_back(m_next_hook, std::move(hook));
+        return m_next_hook++;
+    }
+
+    void module::remove_forward_hook(std::int64_t id)
+    {
+        const auto it = std::find_if(m_hooks.begin(), m_hooks.end(), [id](const auto& h) { return h.first == id; });
+        if (it == m_hooks.end())
+            fail("remove_forward_hook: no hook with id " + std::to_string(id));
+        m_hooks.erase(it);
+    }
+
+    void module::apply(const std::function<void(module&)>& fn)
+    {
+        for (auto& [name, child] : m_children)
+            child->apply(fn);
+        fn(*this);
+    }
+
+    module::named_modules_type module::named_modules() const
+    {
+        named_modules_type out;
+        for (const auto& [name, child] : m_children)
+        {
+            out.emplace_back(name, child);
+            for (auto& [sub, m] : child->named_modules())
+                out.emplace_back(name + "." + sub, m);
+        }
+        return out;
+    }
+
+    std::size_t module::set_requires_grad(const std::string& pattern, bool requires_grad)
+    {
+        std::size_t matched = 0;
+        for (auto& [name, p] : named_parameters())
+            if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0)
+            {
+                p.requires_grad_(requires_grad);
+                ++matched;
+            }
+        if (matched == 0)
+            fail("set_requires_grad: no parameter name matches the pattern '" + pattern + "'");
+        return matched;
+    }
 
     tensor module::forward(const tensor&)
     {

@@ -23,14 +23,23 @@ namespace xgrad::nn
             {
                 if (group != m_fused.end() && group->first == i)
                 {
-                    for (std::size_t k = 1; k < group->count; ++k)
-                        where += "' + '" + children[i + k].first;
-                    y = group->forward(y);
-                    i += group->count - 1; // the group's other children are applied
+                    // A hooked child needs its own output, which the fused op never forms:
+                    // then the run's children are called one by one.
+                    bool hooked = false;
+                    for (std::size_t k = 0; k < group->count; ++k)
+                        hooked = hooked || children[i + k].second->has_forward_hooks();
+                    if (!hooked)
+                    {
+                        for (std::size_t k = 1; k < group->count; ++k)
+                            where += "' + '" + children[i + k].first;
+                        y = group->forward(y);
+                        i += group->count - 1; // the group's other children are applied
+                        ++group;
+                        continue;
+                    }
                     ++group;
                 }
-                else
-                    y = children[i].second->forward(y);
+                y = (*children[i].second)(y);
             }
             catch (const std::invalid_argument& e) // xgrad::invalid_argument included
             {

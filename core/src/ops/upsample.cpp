@@ -85,8 +85,9 @@ namespace xgrad
             const std::int64_t in = x.size(axis);
             std::vector<std::int64_t> lo(static_cast<std::size_t>(out)), hi(lo.size());
             std::vector<double> w_hi(lo.size()), w_lo(lo.size());
-            const double scale = align_corners ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
-                                               : axis_scale(in, out, factor);
+            const double scale = align_corners
+                                     ? (out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0)
+                                     : axis_scale(in, out, factor);
             for (std::int64_t o = 0; o < out; ++o)
             {
                 const double src = align_corners ? scale * static_cast<double>(o)
@@ -109,13 +110,12 @@ namespace xgrad
         std::int64_t output_extent(std::int64_t in, double factor, const char* axis)
         {
             if (!(factor > 0.0) || !std::isfinite(factor))
-                fail(std::string("scale_factor must be positive and finite, got ") + std::to_string(factor) + " for the " +
-                     axis);
+                fail(std::string("scale_factor must be positive and finite, got ") + std::to_string(factor) +
+                     " for the " + axis);
             const double out = std::floor(static_cast<double>(in) * factor);
             if (out < 1.0 || out > static_cast<double>(std::int64_t{1} << 40))
                 fail(std::string("scale_factor ") + std::to_string(factor) + " gives " + std::to_string(out) +
-                     " output elements along the " + axis + " from " + std::to_string(in) +
-                     " (must be in [1, 2^40])");
+                     " output elements along the " + axis + " from " + std::to_string(in) + " (must be in [1, 2^40])");
             return static_cast<std::int64_t>(out);
         }
     }

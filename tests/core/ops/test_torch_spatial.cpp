@@ -139,8 +139,7 @@ TEST_CASE("conv_transpose2d and upsample name what is wrong")
                 "expects 3 input channels", "[1, 4, 3, 3]");
     p.stride = {2, 2};
     p.output_padding = {2, 0};
-    CHECK_ERROR(conv_transpose2d(x, w, {}, p), xgrad::invalid_argument, "conv_transpose2d", "output_padding",
-                "{2, 0}");
+    CHECK_ERROR(conv_transpose2d(x, w, {}, p), xgrad::invalid_argument, "conv_transpose2d", "output_padding", "{2, 0}");
     p = {};
     p.groups = 3;
     CHECK_ERROR(conv_transpose2d(x, w, {}, p), xgrad::invalid_argument, "conv_transpose2d", "groups = 3");
@@ -153,8 +152,7 @@ TEST_CASE("conv_transpose2d and upsample name what is wrong")
     CHECK_ERROR(conv_transpose2d(x, w, {}, p), xgrad::invalid_argument, "conv_transpose2d", "stride");
     p = {};
     p.stride = {std::int64_t{1} << 30, 1};
-    CHECK_ERROR(conv_transpose2d(zeros({1, 4, 1, 1}).expand({1, 4, std::int64_t{1} << 34, 1}), w,
-                                 {}, p),
+    CHECK_ERROR(conv_transpose2d(zeros({1, 4, 1, 1}).expand({1, 4, std::int64_t{1} << 34, 1}), w, {}, p),
                 xgrad::invalid_argument, "conv_transpose2d", "overflows");
 
     upsample_params u;

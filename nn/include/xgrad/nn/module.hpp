@@ -35,6 +35,9 @@
 //
 // Errors: bad names, shapes, dtypes or devices throw xgrad::invalid_argument (a
 // std::invalid_argument) naming the module, the tensor and the shapes or dtypes involved.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,7 +84,11 @@ namespace xgrad::nn
         /// never write a backward). The base throws xgrad::invalid_argument: a module without a
         /// single-input forward (a container of named parts) cannot be called.
         virtual tensor forward(const tensor& x);
-        tensor operator()(const tensor& x) { return forward(x); }
+        /// Calls forward(x), then this module's forward hooks in the order they were registered
+        /// (see register_forward_hook). Containers call their children this way, so hooks fire
+        /// for every module a model runs; calling forward() directly skips the hooks (as in
+        /// PyTorch).
+        tensor operator()(const tensor& x);
         /// A description for printing: one line for a layer ("conv2d(1, 32, kernel=[3, 3],
         /// ...)"); the base gives type_name() for a module without children, and for one with
         /// children type_name() followed by one "(name): <child's describe()>" line per child,
@@ -96,6 +103,32 @@ namespace xgrad::nn
         named_tensors_type named_buffers(bool recurse = true) const;
         /// The direct children, in registration order.
         named_modules_type named_children() const;
+        /// Every descendant under its full name ("block.conv1"), in pre-order (a module before
+        /// its children, children in registration order); this module itself is not listed.
+        named_modules_type named_modules() const;
+
+        // --- hooks and traversal ----------------------------------------------------------------
+        /// hook(module, input, output) runs after forward when the module is called. It may
+        /// return a defined tensor, which replaces the output (for the later hooks too), or an
+        /// undefined one to keep it. Returns an id for remove_forward_hook. A hook on a child
+        /// of a fused run (nn::fuse) makes the container run that run's children one by one,
+        /// since the fused op never forms the child's own output.
+        using forward_hook_type = std::function<tensor(module&, const tensor& input, const tensor& output)>;
+        std::int64_t register_forward_hook(forward_hook_type hook);
+        /// Removes the hook `id` from this module; throws xgrad::invalid_argument naming the id
+        /// when it has no such hook.
+        void remove_forward_hook(std::int64_t id);
+        bool has_forward_hooks() const noexcept { return !m_hooks.empty(); }
+        /// Calls fn on every descendant, children before their parent, then on this module
+        /// (PyTorch's Module.apply): for initialisation, e.g. redrawing every conv2d's weight.
+        void apply(const std::function<void(module&)>& fn);
+        /// Sets requires_grad on every parameter whose full name matches the shell-style
+        /// pattern (fnmatch: `*` and `?` match any characters, dots included; "layer1.*",
+        /// "*.bias"), to freeze (false) or unfreeze (true) them. Returns how many matched.
+        /// Throws xgrad::invalid_argument naming the pattern when none does, so that a typo
+        /// cannot leave a model silently unfrozen. A frozen parameter gets no grad(), and the
+        /// optimizers leave it unchanged.
+        std::size_t set_requires_grad(const std::string& pattern, bool requires_grad);
 
         // --- structure -----------------------------------------------------------------------
         /// Replaces the direct child `name` by `child` in the same place, so the registration
@@ -218,5 +251,7 @@ namespace xgrad::nn
         std::vector<slot> m_buffers;
         named_modules_type m_children;
         bool m_training = true;
+        std::vector<std::pair<std::int64_t, forward_hook_type>> m_hooks;
+        std::int64_t m_next_hook = 0;
     };
 }
