@@ -64,8 +64,8 @@ install(TARGETS xgrad
   EXPORT xgradTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# (No INCLUDES DESTINATION: the target's INSTALL_INTERFACE include directory already says it.)
 # The CUDA backend's own library, beside libxgrad (where libxgrad looks for it first).
 if(TARGET xgrad_cuda_library)
   install(TARGETS xgrad_cuda_library LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

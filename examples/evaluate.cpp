@@ -1,7 +1,8 @@
 // Loads a checkpoint written by train_fashion_mnist and prints its test accuracy and the
 // confusion matrix on the Fashion-MNIST test set.
 //
-//   evaluate --checkpoint FILE [--data-dir DIR] [--threads T] [--device cpu|cuda] [--limit N]
+//   evaluate --checkpoint FILE [--strip-prefix P] [--data-dir DIR] [--threads T] [--device cpu|cuda]
+//            [--limit N]
 //
 // FILE is a checkpoint (its metadata says which activation layout the model was trained in)
 // or any safetensors file holding the model's weights under its names, such as a PyTorch
@@ -22,7 +23,7 @@
 int main(int argc, char** argv)
 {
     std::filesystem::path checkpoint, data_dir = xgrad::data::default_fashion_mnist_dir;
-    std::string device = "cpu";
+    std::string device = "cpu", strip_prefix;
     int threads = 0;
     std::int64_t limit = 0;
     xgrad::examples::arg_parser p("evaluate",
@@ -30,6 +31,9 @@ int main(int argc, char** argv)
                                   "checkpoint of\ntrain_fashion_mnist, or the weights of the same model saved by "
                                   "PyTorch as safetensors.");
     p.add_path("--checkpoint", checkpoint, "FILE", "the model's weights (required)");
+    p.add_string("--strip-prefix", strip_prefix, "P",
+                 "remove P from the start of the file's names first (e.g. \"module.\" for a file saved from a "
+                 "wrapped PyTorch model)");
     p.add_path("--data-dir", data_dir, "DIR", "MNIST-format folder");
     p.add_int("--threads", threads, 1, 65536, "T", "CPU threads (default: XGRAD_NUM_THREADS or all cores)");
     p.add_string("--device", device, "D", "cpu | cuda[:i]");
@@ -53,7 +57,9 @@ int main(int argc, char** argv)
         xgrad::generator gen(0); // the weights are replaced by the file's
         auto model = xgrad::examples::make_fashion_model(fmt, gen);
         model->to(dev);
-        const auto loaded = xgrad::io::load_weights(checkpoint, *model);
+        xgrad::io::load_weights_options wo;
+        wo.strip_prefix = strip_prefix;
+        const auto loaded = xgrad::io::load_weights(checkpoint, *model, wo);
         const auto epoch = loaded.metadata.find("epoch");
         const auto test = std::make_shared<const xgrad::data::image_dataset>(
             xgrad::examples::load_fashion_data(data_dir, false, limit));
@@ -63,7 +69,8 @@ int main(int argc, char** argv)
         const auto ev = xgrad::train::evaluate_classifier(*model, test, eo);
 
         std::cout << "checkpoint: " << checkpoint.string() << " ("
-                  << (epoch != loaded.metadata.end() ? "epoch " + epoch->second + ", " : std::string()) << fmt << ")\n"
+                  << (epoch != loaded.metadata.end() ? "epoch " + epoch->second + ", " : std::string()) << fmt << ")"
+                  << xgrad::examples::load_notes(loaded) << "\n"
                   << "test images: " << test->size << "\n"
                   << "test loss: " << std::fixed << std::setprecision(4) << ev.loss << "\n"
                   << "test accuracy: " << std::setprecision(2) << 100.0 * ev.accuracy << "%\n\n"

@@ -29,6 +29,7 @@
 // training loop (xgrad/train/trainer.hpp) set up from it.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -64,6 +65,7 @@ namespace
         std::filesystem::path out = "fashion_mnist_run";
         std::filesystem::path resume;    // empty: start from scratch
         std::filesystem::path init_from; // empty: weights from the seed
+        std::string strip_prefix;        // removed from the names of init_from's tensors
         // Channels-last trains faster here (docs/training_performance.md).
         std::string data_format = "NHWC";
         std::string precision = "f32"; // bf16: mixed precision (fashion_model.hpp)
@@ -105,6 +107,9 @@ namespace
         p.add_path("--init-from", c.init_from, "FILE",
                    "start from the weights of a checkpoint or of a PyTorch state_dict saved as safetensors (cast to "
                    "the model's dtypes); the optimizer starts fresh");
+        p.add_string("--strip-prefix", c.strip_prefix, "P",
+                     "with --init-from: remove P from the start of the file's names first (e.g. \"module.\" for "
+                     "a file saved from a wrapped PyTorch model)");
         p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout (NHWC is the faster one)");
         p.add_choice("--precision", c.precision, {"f32", "bf16"},
                      "bf16: mixed precision, convolutions with bfloat16 operands summed in float32 (AMX where the "
@@ -136,6 +141,8 @@ namespace
         if (c.sync_bn && !c.distributed)
             p.usage_error("--sync-bn needs a data-parallel run (started by mpirun, or --distributed)");
         // A resumed run takes its weights from its checkpoint; other weights would be overwritten.
+        if (!c.strip_prefix.empty() && c.init_from.empty())
+            p.usage_error("--strip-prefix applies to the file of --init-from");
         if (!c.resume.empty() && !c.init_from.empty())
             p.usage_error("--init-from starts a new run and --resume continues one; give one of them");
         return c;
@@ -174,12 +181,10 @@ namespace
         {
             // Every tensor of the model must be in the file (strict): a partial match is more
             // likely another model than a fine-tuning start.
-            const auto loaded = xgrad::io::load_weights(c.init_from, *model);
-            log << "weights from " << c.init_from.string()
-                << (loaded.converted.empty()
-                        ? ""
-                        : " (" + std::to_string(loaded.converted.size()) + " tensors cast to the model's dtypes)")
-                << "\n";
+            xgrad::io::load_weights_options wo;
+            wo.strip_prefix = c.strip_prefix;
+            const auto loaded = xgrad::io::load_weights(c.init_from, *model, wo);
+            log << "weights from " << c.init_from.string() << xgrad::examples::load_notes(loaded) << "\n";
         }
         // Data-parallel: the same construction on every rank, then rank 0's values broadcast
         // by the wrapper; the optimizer is made last, over the parameters of the final model.
@@ -257,6 +262,20 @@ namespace
         {
             const auto info = t.resume(c.resume);
             log << "resumed from " << c.resume.string() << " after epoch " << info.epoch << "\n";
+            // A longer run re-plans a decaying schedule: say where the learning rate jumps to.
+            const auto planned = info.metadata.find("epochs");
+            if (planned != info.metadata.end() && planned->second != std::to_string(c.epochs) &&
+                c.schedule != "constant")
+            {
+                const double next = schedule->lr_at(info.epoch * loader.batches_per_epoch());
+                log << "note: the checkpoint's run planned " << planned->second
+                    << (planned->second == "1" ? " epoch" : " epochs") << " and this one " << c.epochs << ": the "
+                    << c.schedule << " schedule now spans " << c.epochs << " epochs, so the learning rate goes ";
+                if (!t.history().empty() && std::isfinite(t.history().back().lr))
+                    log << "from " << t.history().back().lr << " (epoch " << info.epoch << ") ";
+                log << "to " << next << " (epoch " << info.epoch + 1 << "); a run started with --epochs " << c.epochs
+                    << " would differ\n";
+            }
         }
         log << "model: " << model->describe() << "\n"
             << "parameters: " << xgrad::nn::count_parameters(*model) << ", training images: " << train_data->size
@@ -305,7 +324,11 @@ int main(int argc, char** argv)
         // (neither is on PATH unless installed there).
         const std::filesystem::path self = argv[0];
         const std::filesystem::path evaluate = self.has_parent_path() ? self.parent_path() / "evaluate" : "evaluate";
-        out << "\ntest accuracy after " << last.epoch << " epochs: " << 100.0 * last.test_accuracy << "%\n"
+        // The epoch lines' precision (two decimals), so the last figure reads as the last line's.
+        std::ostringstream accuracy;
+        accuracy << std::fixed << std::setprecision(2) << 100.0 * last.test_accuracy;
+        out << "\ntest accuracy after " << last.epoch << (last.epoch == 1 ? " epoch: " : " epochs: ") << accuracy.str()
+            << "%\n"
             << "metrics (CSV):   " << r.csv.string() << "\n"
             << "steps (CSV):     " << r.steps_csv.string() << "\n"
             << "plot (SVG):      " << r.plot.string() << "\n"

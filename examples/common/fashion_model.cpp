@@ -63,4 +63,19 @@ namespace xgrad::examples
             throw data::data_error(std::string(train ? "training set: " : "test set: ") + e.what());
         }
     }
+
+    std::string load_notes(const io::load_weights_result& loaded)
+    {
+        std::string notes;
+        if (!loaded.converted.empty())
+            notes = std::to_string(loaded.converted.size()) + " tensors cast to the model's dtypes";
+        if (!loaded.kept.empty())
+        {
+            notes += notes.empty() ? "" : "; ";
+            for (std::size_t i = 0; i < loaded.kept.size(); ++i)
+                notes += (i ? ", " : "") + loaded.kept[i];
+            notes += " not in the file: kept";
+        }
+        return notes.empty() ? notes : " (" + notes + ")";
+    }
 }

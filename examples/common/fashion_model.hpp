@@ -39,6 +39,11 @@ namespace xgrad::examples
     /// limit < 0.
     data::image_dataset load_fashion_data(const std::filesystem::path& dir, bool train, std::int64_t limit);
 
+    /// What a weights load did beyond loading, for the line that reports it: "" or
+    /// " (3 tensors cast to the model's dtypes; bn1.num_batches_tracked, bn2.num_batches_tracked
+    /// not in the file: kept)".
+    std::string load_notes(const io::load_weights_result& loaded);
+
     /// The names of Fashion-MNIST's ten classes, by label.
     extern const char* const fashion_mnist_classes[10];
 }

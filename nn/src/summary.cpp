@@ -32,7 +32,8 @@ namespace xgrad::nn
         class dry_run
         {
         public:
-            dry_run(module& model, const module::named_modules_type& modules, std::map<const module*, shape_type>& shapes)
+            dry_run(module& model, const module::named_modules_type& modules,
+                    std::map<const module*, shape_type>& shapes)
                 : m_model(model), m_modules(modules), m_training(model.is_training())
             {
                 for (const auto& [name, m] : m_modules)
@@ -99,14 +100,15 @@ namespace xgrad::nn
         const std::string rule(w0 + w1 + w2 + 4, '=');
         std::ostringstream s;
         s << std::left << std::setw(static_cast<int>(w0 + 2)) << "Layer (type)" << std::setw(static_cast<int>(w1 + 2))
-          << "Output shape" << std::right << std::setw(static_cast<int>(w2)) << "Param #" << "\n"
+          << "Output shape" << std::right << std::setw(static_cast<int>(w2)) << "Param #"
+          << "\n"
           << rule << "\n";
         for (const row& r : rows)
             s << std::left << std::setw(static_cast<int>(w0 + 2)) << r.layer << std::setw(static_cast<int>(w1 + 2))
               << r.shape << std::right << std::setw(static_cast<int>(w2)) << r.params << "\n";
         s << rule << "\n"
-          << "Input shape: " << shape_to_string(example_input.shape()) << ", output shape: "
-          << shape_to_string(output.shape()) << "\n"
+          << "Input shape: " << shape_to_string(example_input.shape())
+          << ", output shape: " << shape_to_string(output.shape()) << "\n"
           << "Total params: " << grouped(total) << "\n"
           << "Trainable params: " << grouped(trainable) << "\n"
           << "Non-trainable params: " << grouped(total - trainable);

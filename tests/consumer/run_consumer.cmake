@@ -50,6 +50,22 @@ endif()
 # 1. Install.
 run_step("install xgrad" "${CMAKE_COMMAND}" --install "${XGRAD_BINARY_DIR}" --prefix "${prefix}" ${config_args})
 
+# The exported target names each include directory once (a repeated one costs every consumer's
+# compile command a duplicate -I, and said that two install rules added it).
+file(GLOB_RECURSE targets_files "${prefix}/*/xgradTargets.cmake")
+foreach(targets_file IN LISTS targets_files)
+  file(STRINGS "${targets_file}" include_lines REGEX "INTERFACE_INCLUDE_DIRECTORIES")
+  foreach(line IN LISTS include_lines)
+    string(REGEX REPLACE ".*INTERFACE_INCLUDE_DIRECTORIES \"([^\"]*)\".*" "\\1" dirs "${line}")
+    set(unique ${dirs})
+    list(REMOVE_DUPLICATES unique)
+    if(NOT unique STREQUAL dirs)
+      message(FATAL_ERROR "[install_consumer] FAILED: ${targets_file} lists an include directory more "
+                          "than once: ${dirs}")
+    endif()
+  endforeach()
+endforeach()
+
 # 2. Configure and build the consumer project against the fresh prefix only.
 set(configure_args
   -G "${GENERATOR}"

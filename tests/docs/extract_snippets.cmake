@@ -2,11 +2,12 @@
 # that the snippets compile as the document shows them (run by tests/docs/CMakeLists.txt at
 # build time, whenever the document changes).
 #
-#   cmake -DDOC=<file.md> -DOUT=<snippets.cpp> -P extract_snippets.cmake
+#   cmake -DDOC=<file.md> -DOUT=<snippets.cpp> -DMAIN=<main.cpp> -P extract_snippets.cmake
 #
-# The source includes nothing but the headers an xgrad user includes (<xgrad/xgrad.hpp>,
-# <xgrad/layers.hpp>, <xgrad/train.hpp> and the standard <iostream>); no using-declaration or
-# namespace alias is added, so a snippet that relies on one must show it. Each snippet is placed
+# The source includes nothing the snippets do not show: no header, using-declaration or
+# namespace alias is added, so a snippet that relies on one must show it (or an earlier snippet
+# must, as a reader following the text would have written it). main() is in a second file,
+# MAIN, so that even its <cstdio> is not seen by the snippets. Each snippet is placed
 # as the HTML comment on the line before its fence says (the comment does not show when the
 # document is rendered):
 #
@@ -16,12 +17,11 @@
 #   no comment                                  as the body of a function without parameters
 #
 # A #line directive before each snippet makes compiler errors point at the Markdown file.
-if(NOT DOC OR NOT OUT)
-  message(FATAL_ERROR "extract_snippets.cmake: set DOC and OUT")
+if(NOT DOC OR NOT OUT OR NOT MAIN)
+  message(FATAL_ERROR "extract_snippets.cmake: set DOC, OUT and MAIN")
 endif()
 file(STRINGS "${DOC}" lines)
 set(source "// Generated from ${DOC} by tests/docs/extract_snippets.cmake: do not edit.\n")
-string(APPEND source "#include <xgrad/layers.hpp>\n#include <xgrad/train.hpp>\n#include <xgrad/xgrad.hpp>\n\n#include <iostream>\n\n")
 set(in_block OFF)
 set(placement "")
 set(count 0)
@@ -64,7 +64,12 @@ endforeach()
 if(in_block)
   message(FATAL_ERROR "${DOC}: a ```cpp block is not closed")
 endif()
-string(APPEND source "int main()\n{\n    std::cout << \"${count} snippets of ${DOC} compiled\\n\";\n    return ${count} > 0 ? 0 : 1;\n}\n")
-file(WRITE "${OUT}.tmp" "${source}")
-file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
-file(REMOVE "${OUT}.tmp")
+set(main "// Generated from ${DOC} by tests/docs/extract_snippets.cmake: do not edit.\n#include <cstdio>\n\n")
+string(APPEND main "int main()\n{\n    std::printf(\"${count} snippets of ${DOC} compiled\\n\");\n    return ${count} > 0 ? 0 : 1;\n}\n")
+foreach(pair "OUT;source" "MAIN;main")
+  list(GET pair 0 file_var)
+  list(GET pair 1 text_var)
+  file(WRITE "${${file_var}}.tmp" "${${text_var}}")
+  file(COPY_FILE "${${file_var}}.tmp" "${${file_var}}" ONLY_IF_DIFFERENT)
+  file(REMOVE "${${file_var}}.tmp")
+endforeach()

@@ -7,8 +7,11 @@
 // - a model trained a few steps in PyTorch, its state_dict saved as safetensors, loads into
 //   xgrad with io::load_weights and gives PyTorch's logits, in both layouts.
 //
-// Needs Debian's python3-torch (XGRAD_INTEROP_PYTHON, /usr/bin/python3 by default, must import
-// torch); without it the executable says so and exits with 77, which ctest reports as skipped.
+// Needs a Python that imports torch: the environment variable XGRAD_INTEROP_PYTHON when set
+// (a virtual environment's bin/python, a conda python), else the one configured as the CMake
+// cache variable XGRAD_INTEROP_PYTHON (/usr/bin/python3 by default, where Debian's
+// python3-torch installs), else the first python3 on PATH. Without one the executable says
+// which it tried and exits with 77, which ctest reports as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -34,8 +37,15 @@ namespace
     namespace fs = std::filesystem;
     using xgrad::tensor;
 
-    const std::string python = XGRAD_INTEROP_PYTHON;
     const std::string peer = XGRAD_INTEROP_PEER;
+    /// The interpreter the test runs torch_peer.py with (see the header), chosen by main.
+    std::string python;
+
+    bool imports_torch(const std::string& interpreter)
+    {
+        const std::string probe = "'" + interpreter + "' -c 'import torch' >/dev/null 2>&1";
+        return std::system(probe.c_str()) == 0;
+    }
 
     /// Random images of the model's input shape, NCHW.
     tensor images(xgrad::generator& gen) { return xgrad::randn({8, 1, 28, 28}, gen); }
@@ -119,13 +129,27 @@ TEST_CASE("interop: a PyTorch state_dict saved as safetensors loads into xgrad a
 int main(int argc, char** argv)
 {
     // Skipped, not failed, where PyTorch is not installed: it is a peer, not a dependency.
-    const std::string probe = "'" + python + "' -c 'import torch' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) != 0)
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("XGRAD_INTEROP_PYTHON"); env && *env)
+        candidates.push_back(env); // asked for by name: the only one tried
+    else
+        candidates = {XGRAD_INTEROP_PYTHON, "python3"};
+    for (const std::string& c : candidates)
+        if (imports_torch(c))
+        {
+            python = c;
+            break;
+        }
+    if (python.empty())
     {
-        std::cout << "test_interop: skipped: " << python
-                  << " cannot import torch (install Debian's python3-torch; tools/bootstrap.sh test does)\n";
+        std::cout << "test_interop: skipped: no Python that imports torch (tried";
+        for (const std::string& c : candidates)
+            std::cout << " " << c;
+        std::cout << "; install Debian's python3-torch, as tools/bootstrap.sh test does, or point "
+                     "XGRAD_INTEROP_PYTHON at a python with torch)\n";
         return 77;
     }
+    std::cout << "test_interop: PyTorch from " << python << "\n";
     doctest::Context context(argc, argv);
     return context.run();
 }

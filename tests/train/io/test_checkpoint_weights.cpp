@@ -183,8 +183,15 @@ TEST_CASE("load_weights: an xgrad checkpoint's model part; prefixes; non-strict 
     for (const auto& [name, t] : source->state_dict())
         prefixed["module." + name] = t;
     xgrad::io::save_safetensors(ddp, prefixed);
-    CHECK_FORMAT_ERROR(xgrad::io::load_weights(ddp, *target), ddp, "model tensor 'fc.bias' is missing",
-                       "unexpected tensor 'module.fc.bias'");
+    // Nine names each way: summarised, with the prefix that explains them.
+    CHECK_FORMAT_ERROR(xgrad::io::load_weights(ddp, *target), ddp,
+                       "9 model tensors are missing from the file ('bn1.bias', 'bn1.num_batches_tracked', "
+                       "'bn1.running_mean' and 6 more)",
+                       "9 tensors of the file are not the model's ('module.bn1.bias', "
+                       "'module.bn1.num_batches_tracked', 'module.bn1.running_mean' and 6 more; all under "
+                       "'module.')",
+                       "every unexpected name is a missing one with 'module.' in front: strip that prefix",
+                       "--strip-prefix module.");
     xgrad::io::load_weights_options strip;
     strip.strip_prefix = "module.";
     CHECK(xgrad::io::load_weights(ddp, *target, strip).missing_keys.empty());
@@ -279,4 +286,43 @@ TEST_CASE("checkpoint: a model trained channels-last loads into the channels-fir
     // Float32 convolutions in two layouts sum in different orders: a few ulps of values of
     // order 1 apart.
     check_close(values((*nchw)(x_nchw)), values((*nhwc)(x_nhwc)), 1e-5);
+}
+
+TEST_CASE("load_weights: a state dict without num_batches_tracked loads, keeping the counter, as in PyTorch")
+{
+    scratch_dir dir;
+    const fs::path file = dir / "no_counter.safetensors";
+    auto source = small_cnn("NCHW", 8);
+    xgrad::io::tensor_map state;
+    for (const auto& [name, t] : source->state_dict())
+        if (name != "bn1.num_batches_tracked")
+            state[name] = t;
+    xgrad::io::save_safetensors(file, state);
+    auto target = small_cnn("NCHW", 9);
+    const tensor counter = target->buffer("bn1.num_batches_tracked");
+    const auto r = xgrad::io::load_weights(file, *target);
+    CHECK(r.kept == std::vector<std::string>{"bn1.num_batches_tracked"});
+    CHECK(target->buffer("bn1.num_batches_tracked").is_same(counter));
+    CHECK(bytes_of(target->buffer("bn1.running_mean")) == bytes_of(state.at("bn1.running_mean")));
+
+    // Another model entirely: one message of bounded length that still names the first few.
+    const fs::path other = dir / "other.safetensors";
+    xgrad::io::tensor_map many;
+    for (int i = 0; i < 200; ++i)
+        many["encoder.layer" + std::to_string(i) + ".weight"] = xgrad::zeros({1});
+    xgrad::io::save_safetensors(other, many);
+    try
+    {
+        (void)xgrad::io::load_weights(other, *target);
+        FAIL("no error");
+    }
+    catch (const xgrad::io::format_error& e)
+    {
+        const std::string msg = e.what();
+        CHECK(msg.size() < 600);
+        CHECK(msg.find("200 tensors of the file are not the model's ('encoder.layer0.weight', "
+                       "'encoder.layer1.weight', 'encoder.layer10.weight' and 197 more; all under 'encoder.')") !=
+              std::string::npos);
+        CHECK(msg.find("8 model tensors are missing") != std::string::npos);
+    }
 }

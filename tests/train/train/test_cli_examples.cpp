@@ -192,7 +192,7 @@ TEST_CASE("examples: a dataset the model cannot take is named when it is read")
     // A dataset it can take trains (one epoch of 4 images).
     write_set(dir / "good", "train", 4, 28, 28);
     write_set(dir / "good", "t10k", 4, 28, 28);
-    check_run(train(dir / "good"), 0, {"test accuracy after 1 epochs"});
+    check_run(train(dir / "good"), 0, {"test accuracy after 1 epoch: "});
     // evaluate checks the test set the same way.
     const std::string checkpoint = (dir / "out" / "checkpoint_epoch_1.safetensors").string();
     check_run(run(XGRAD_EVALUATE, {"--checkpoint", checkpoint, "--data-dir", (dir / "t32").string()}, dir.path), 1,
@@ -283,11 +283,29 @@ TEST_CASE("examples: the end of a run, --init-from, and evaluate on a checkpoint
     check_run(run(XGRAD_EVALUATE, {"--checkpoint", plain_weights, "--data-dir", (dir / "data").string()}, dir.path), 0,
               {"(NCHW)", "test accuracy:"});
     check_run(train({"--init-from", plain_weights, "--format", "NHWC"}), 0,
-              {"weights from " + plain_weights, "test accuracy after 1 epochs"});
+              {"weights from " + plain_weights, "test accuracy after 1 epoch: "});
     // A file for another model is refused, naming the file and the tensors.
     weights.erase("fc2.bias");
     xgrad::io::save_safetensors(plain_weights, weights);
     check_run(train({"--init-from", plain_weights}), 1, {plain_weights, "'fc2.bias' is missing"});
+
+    // PyTorch-saved names under a wrapper's prefix and without the batch norms' counters: both
+    // programs take --strip-prefix, and the counters the file lacks are kept, with a note.
+    xgrad::io::tensor_map wrapped;
+    for (const auto& [name, t] : content.tensors)
+        if (name.rfind("model.", 0) == 0 && name.find("num_batches_tracked") == std::string::npos)
+            wrapped["module." + name.substr(6)] = t;
+    const std::string wrapped_file = (dir / "wrapped.safetensors").string();
+    xgrad::io::save_safetensors(wrapped_file, wrapped);
+    check_run(run(XGRAD_EVALUATE, {"--checkpoint", wrapped_file, "--data-dir", (dir / "data").string()}, dir.path), 1,
+              {"every unexpected name is a missing one with 'module.' in front", "--strip-prefix module."});
+    check_run(run(XGRAD_EVALUATE,
+                  {"--checkpoint", wrapped_file, "--strip-prefix", "module.", "--data-dir", (dir / "data").string()},
+                  dir.path),
+              0, {"bn1.num_batches_tracked, bn2.num_batches_tracked not in the file: kept", "test accuracy:"});
+    check_run(train({"--init-from", wrapped_file, "--strip-prefix", "module."}), 0,
+              {"weights from " + wrapped_file, "not in the file: kept", "test accuracy after 1 epoch: "});
+    check_run(train({"--strip-prefix", "module."}), 2, {"--strip-prefix applies to the file of --init-from"});
 }
 
 TEST_CASE("examples: --resume with more --epochs extends a finished run")
@@ -301,12 +319,20 @@ TEST_CASE("examples: --resume with more --epochs extends a finished run")
         args.insert(args.end(), extra.begin(), extra.end());
         return run(XGRAD_TRAIN_FASHION_MNIST, args, dir.path);
     };
-    check_run(train({"--epochs", "1"}), 0, {"test accuracy after 1 epochs"});
+    check_run(train({"--epochs", "1"}), 0, {"test accuracy after 1 epoch: "});
     const std::string first = (dir / "out" / "checkpoint_epoch_1.safetensors").string();
     // Nothing left to do: refused, saying how to extend (before, any other count was refused).
     check_run(train({"--epochs", "1", "--resume", first}), 1, {"already completed 1 of 1 epochs"});
-    check_run(train({"--epochs", "3", "--resume", first}), 0,
-              {"resumed from " + first + " after epoch 1", "epoch 3/3", "test accuracy after 3 epochs"});
+    const run_result extended = train({"--epochs", "3", "--resume", first});
+    check_run(extended, 0,
+              {"resumed from " + first + " after epoch 1", "epoch 3/3", "test accuracy after 3 epochs: ",
+               "note: the checkpoint's run planned 1 epoch and this one 3: the cosine schedule now spans 3 epochs, "
+               "so the learning rate goes from "});
+    // The last figure has the epoch lines' two decimals.
+    const auto at = extended.output.find("test accuracy after 3 epochs: ");
+    REQUIRE(at != std::string::npos);
+    const std::string figure = extended.output.substr(at + 30, extended.output.find('%', at) - at - 30);
+    CHECK_MESSAGE((figure.size() >= 4 && figure[figure.size() - 3] == '.'), figure);
     CHECK(fs::exists(dir / "out" / "checkpoint_epoch_3.safetensors"));
     // The logs: an lr column per epoch, and every step of the three epochs (2 a epoch: 8
     // images, batch 4), the first epoch's kept from the first run.

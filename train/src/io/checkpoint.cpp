@@ -142,11 +142,12 @@ namespace xgrad::io
         // Model: the same names, shapes and dtypes as the module's own tensors.
         const nn::module::state_dict_type current = model.state_dict();
         nn::module::state_dict_type model_state;
+        std::vector<std::string> missing, unexpected;
         for (const auto& [name, t] : current)
         {
             const auto it = content.tensors.find(std::string(model_prefix) + name);
             if (it == content.tensors.end())
-                problems.push_back("model tensor " + in_quotes(std::string(model_prefix) + name) + " is missing");
+                missing.push_back(std::string(model_prefix) + name);
             else if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
                 problems.push_back("model tensor " + in_quotes(it->first) + " is " + describe(it->second) +
                                    ", the model's is " + describe(t));
@@ -171,8 +172,7 @@ namespace xgrad::io
             if (starts_with(name, model_prefix))
             {
                 if (current.find(name.substr(model_prefix.size())) == current.end())
-                    problems.push_back("unexpected tensor " + in_quotes(name) + ": the model has no " +
-                                       in_quotes(name.substr(model_prefix.size())));
+                    unexpected.push_back(name);
             }
             else if (starts_with(name, optimizer_prefix) && optimizer_type)
                 optimizer_state.emplace(name.substr(optimizer_prefix.size()), t);
@@ -180,6 +180,8 @@ namespace xgrad::io
                 problems.push_back("unexpected tensor " + in_quotes(name) +
                                    " (neither a model tensor nor optimizer state)");
         }
+        const std::vector<std::string> names = name_problems(missing, unexpected, model_prefix);
+        problems.insert(problems.begin(), names.begin(), names.end());
         if (!problems.empty())
             fail(path, join_problems(problems));
 
@@ -222,5 +224,90 @@ namespace xgrad::io
             fail(path, std::string("cannot load the model: ") + e.what());
         }
         return info;
+    }
+
+    namespace
+    {
+        /// The longest prefix ending in '.' that every name shares ("" for none).
+        std::string shared_prefix(const std::vector<std::string>& names)
+        {
+            if (names.empty())
+                return {};
+            std::string p = names.front();
+            for (const auto& n : names)
+                p.resize(std::mismatch(p.begin(), p.end(), n.begin(), n.end()).first - p.begin());
+            const auto dot = p.rfind('.');
+            return dot == std::string::npos ? std::string() : p.substr(0, dot + 1);
+        }
+
+        /// "'a', 'b', 'c' and 15 more"
+        std::string first_names(const std::vector<std::string>& names)
+        {
+            constexpr std::size_t shown = 3;
+            std::string s;
+            for (std::size_t i = 0; i < names.size() && i < shown; ++i)
+                s += (i ? ", " : "") + in_quotes(names[i]);
+            if (names.size() > shown)
+                s += " and " + std::to_string(names.size() - shown) + " more";
+            return s;
+        }
+
+        std::string summary(std::size_t count, const char* what, const std::vector<std::string>& names)
+        {
+            const std::string prefix = shared_prefix(names);
+            return std::to_string(count) + " " + what + " (" + first_names(names) +
+                   (prefix.empty() ? "" : "; all under " + in_quotes(prefix)) + ")";
+        }
+
+        /// The prefix p such that every name of `longer` is p + a name of `shorter`, or "".
+        std::string explaining_prefix(const std::vector<std::string>& longer, const std::vector<std::string>& shorter)
+        {
+            if (longer.empty() || longer.size() != shorter.size())
+                return {};
+            std::string p;
+            for (const auto& l : longer)
+            {
+                const auto it = std::find_if(shorter.begin(), shorter.end(), [&l](const std::string& s) {
+                    return l.size() > s.size() && l.compare(l.size() - s.size(), s.size(), s) == 0;
+                });
+                if (it == shorter.end())
+                    return {};
+                const std::string candidate = l.substr(0, l.size() - it->size());
+                if (!p.empty() && candidate != p)
+                    return {};
+                p = candidate;
+            }
+            return p;
+        }
+    }
+
+    std::vector<std::string> name_problems(const std::vector<std::string>& missing,
+                                           const std::vector<std::string>& unexpected, std::string_view file_prefix)
+    {
+        std::vector<std::string> out;
+        if (missing.size() + unexpected.size() <= 6)
+        {
+            for (const auto& n : missing)
+                out.push_back("model tensor " + in_quotes(n) + " is missing");
+            for (const auto& n : unexpected)
+                out.push_back("unexpected tensor " + in_quotes(n) + ": the model has no " +
+                              in_quotes(starts_with(n, file_prefix) ? n.substr(file_prefix.size()) : n));
+        }
+        else
+        {
+            if (!missing.empty())
+                out.push_back(summary(missing.size(), "model tensors are missing from the file", missing));
+            if (!unexpected.empty())
+                out.push_back(summary(unexpected.size(), "tensors of the file are not the model's", unexpected));
+        }
+        if (const std::string p = explaining_prefix(unexpected, missing); !p.empty())
+            out.push_back("every unexpected name is a missing one with " + in_quotes(p) +
+                          " in front: strip that prefix (load_weights_options::strip_prefix, --strip-prefix " + p +
+                          ")");
+        else if (const std::string q = explaining_prefix(missing, unexpected); !q.empty())
+            out.push_back("every missing name is an unexpected one with " + in_quotes(q) +
+                          " in front: the model's names carry a prefix the file's lack (is the model wrapped in "
+                          "another module?)");
+        return out;
     }
 }

@@ -5,6 +5,7 @@
 // every converted tensor made before module::load_state_dict replaces anything, and every
 // problem is reported at once, since a user mapping a model from another framework wants the
 // whole list, not one rerun per problem.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -65,7 +66,7 @@ namespace xgrad::io
             found.emplace(std::string(key), std::move(t));
         }
 
-        std::vector<std::string> problems;
+        std::vector<std::string> problems, missing, unexpected;
         const nn::module::state_dict_type current = model.state_dict();
         nn::module::state_dict_type state;
         for (const auto& [name, target] : current)
@@ -73,8 +74,13 @@ namespace xgrad::io
             const auto it = found.find(name);
             if (it == found.end())
             {
-                if (options.strict)
-                    problems.push_back("model tensor " + in_quotes(name) + " is missing");
+                // A batch norm's step counter: state dicts from older PyTorch (and hand-made
+                // ones) lack it, and PyTorch's own load keeps the module's value then (unless
+                // the file has it under another prefix: see below).
+                if (name == "num_batches_tracked" || ends_with(name, ".num_batches_tracked"))
+                    result.kept.push_back(name);
+                else if (options.strict)
+                    missing.push_back(name);
                 else
                     result.missing_keys.push_back(name);
                 continue;
@@ -109,11 +115,28 @@ namespace xgrad::io
             if (current.find(name) == current.end())
             {
                 if (options.strict)
-                    problems.push_back("unexpected tensor " + in_quotes(name) + ": the model has no " +
-                                       in_quotes(name));
+                    unexpected.push_back(name);
                 else
                     result.unexpected_keys.push_back(name);
             }
+        // A counter the file holds under another name ("module.bn.num_batches_tracked") is part
+        // of that mismatch, not a counter the file lacks.
+        const auto elsewhere = [&unexpected](const std::string& name) {
+            return std::any_of(unexpected.begin(), unexpected.end(), [&name](const std::string& u) {
+                return ends_with(u, "." + name) || ends_with(name, "." + u);
+            });
+        };
+        for (auto it = result.kept.begin(); it != result.kept.end();)
+            if (elsewhere(*it))
+            {
+                missing.push_back(*it);
+                it = result.kept.erase(it);
+            }
+            else
+                ++it;
+        std::sort(missing.begin(), missing.end());
+        const std::vector<std::string> names = name_problems(missing, unexpected, "");
+        problems.insert(problems.begin(), names.begin(), names.end());
         if (!problems.empty())
             throw format_error(path.string() + ": " + join_problems(problems));
         model.load_state_dict(state, /*strict=*/false);

@@ -143,6 +143,9 @@ namespace xgrad::io
         std::vector<std::string> unexpected_keys; // file names the model lacks (only when !strict)
         /// "<name>: <from> -> <to>" for each tensor cast to the model's dtype.
         std::vector<std::string> converted;
+        /// Model buffers the file lacks that keep their value: num_batches_tracked (a batch
+        /// norm's step counter), which PyTorch's load_state_dict also lets a state dict omit.
+        std::vector<std::string> kept;
         metadata_map metadata; // the file's
     };
 
@@ -158,9 +161,11 @@ namespace xgrad::io
     /// tensor, or a floating one whose every value is an integer in int64's range. Everything is
     /// checked before anything changes: a shape mismatch, a value that cannot be cast (naming
     /// the tensor, the element and the value), an xgrad checkpoint of version 1, and (when
-    /// strict) missing or unexpected names throw format_error naming the file and listing every
-    /// problem; the model is then unchanged. Tensors go to the device of the value they
-    /// replace.
+    /// strict) missing or unexpected names throw format_error naming the file and the problems
+    /// (many names are summarised: their count, the first few and their shared prefix, and a
+    /// prefix that explains the mismatch is named with how to strip it); the model is then
+    /// unchanged. A missing num_batches_tracked is not a problem: the buffer keeps its value
+    /// and is listed in `kept`. Tensors go to the device of the value they replace.
     load_weights_result load_weights(const std::filesystem::path& path, nn::module& model,
                                      const load_weights_options& options = {});
 }
