@@ -29,6 +29,7 @@
 // training loop (xgrad/train/trainer.hpp) set up from it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -39,6 +40,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "common/cli.hpp"
 #include "common/fashion_model.hpp"
@@ -164,8 +166,24 @@ namespace
         namespace distributed = xgrad::distributed;
         if (c.data_format != "NCHW" && c.data_format != "NHWC")
             throw xgrad::invalid_argument("--format must be NCHW or NHWC, got '" + c.data_format + "'");
+        // Processes of a job on one machine share its cores: each takes its share unless told
+        // otherwise, and a setting that oversubscribes the cores is said.
+        const int local = xgrad::distributed::local_process_count();
+        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        const char* env_threads = std::getenv("XGRAD_NUM_THREADS");
+        const bool threads_set = c.threads > 0 || (env_threads != nullptr && *env_threads != '\0');
         if (c.threads > 0)
             xgrad::set_num_threads(c.threads);
+        else if (!threads_set && local > 1)
+        {
+            xgrad::set_num_threads(std::max(1, cores / local));
+            log << "threads: " << xgrad::get_num_threads() << " per process (" << local
+                << " processes of this job share this machine's " << cores << " cores; --threads sets it)\n";
+        }
+        if (local > 1 && xgrad::get_num_threads() * local > cores)
+            log << "warning: " << local << " processes x " << xgrad::get_num_threads() << " threads on " << cores
+                << " cores: the cores are oversubscribed, which slows every rank (set --threads "
+                << std::max(1, cores / local) << ")\n";
         const xgrad::device dev = xgrad::parse_device(c.device);
 
         // Both sets are checked when they are read (an empty set, images of another size than
@@ -318,7 +336,10 @@ int main(int argc, char** argv)
         // Rank 0 alone prints; the others log into nothing.
         std::ostream discard(nullptr);
         std::ostream& out = xgrad::distributed::rank() == 0 ? std::cout : discard;
-        const auto r = train(config, out, isatty(STDOUT_FILENO) != 0);
+        // Under a launcher, a rank's stdout may be a terminal that Open MPI made for it while the
+        // job's output goes to a file or a pipe: only a plain run draws the progress bar.
+        const bool terminal = isatty(STDOUT_FILENO) != 0 && !xgrad::distributed::launched_by_mpi();
+        const auto r = train(config, out, terminal);
         const auto& last = r.metrics.back();
         // The evaluate program built beside this one, by the path this one was started with
         // (neither is on PATH unless installed there).

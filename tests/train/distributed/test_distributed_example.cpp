@@ -7,6 +7,7 @@
 // examples are built and the launcher was found; the paths come from CMake.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/run_program.hpp"
@@ -108,6 +110,37 @@ TEST_CASE("example under mpiexec: a data-parallel run trains, prints once and wr
     CHECK_MESSAGE(count_of(r.output, "communication ranks=2 sync_bn=0 buckets=") == 1, r.output);
     CHECK(fs::exists(dir / "out" / "checkpoint_epoch_2.safetensors"));
     CHECK(std::isfinite(csv_value(dir / "out" / "metrics.csv", 2, 1)));
+    // The output goes to a file: no progress bar's redrawn line, even where the launcher gives
+    // the ranks a terminal of their own.
+    CHECK_MESSAGE(count_of(r.output, "\r") == 0, r.output);
+}
+
+TEST_CASE("example under mpiexec: the ranks on one machine share its cores, and oversubscription is said")
+{
+    scratch_folder dir;
+    write_set(dir / "data", 16, 4);
+    const std::vector<std::string> common{
+        "--data-dir", (dir / "data").string(), "--out", (dir / "out").string(), "--epochs", "1", "--batch-size", "8"};
+    // No thread setting (the test's XGRAD_NUM_THREADS=1 emptied): each of the 2 ranks takes half
+    // of the cores, at least one.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::string> a = job(common);
+    const run_result shared = test_support::run_program(
+        a, dir.path,
+        {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}, {"XGRAD_NUM_THREADS", ""}});
+    CHECK_MESSAGE(shared.status == 0, shared.output);
+    CHECK_MESSAGE(count_of(shared.output, "threads: " + std::to_string(std::max(1u, cores / 2)) +
+                                              " per process (2 processes of this job share this machine's " +
+                                              std::to_string(cores) + " cores") == 1,
+                  shared.output);
+    // More threads than the cores allow: said once, with the setting that would fit.
+    a.push_back("--threads");
+    a.push_back(std::to_string(cores));
+    const run_result over = run(a, dir.path);
+    CHECK_MESSAGE(over.status == 0, over.output);
+    CHECK_MESSAGE(count_of(over.output, "warning: 2 processes x " + std::to_string(cores) + " threads on " +
+                                            std::to_string(cores) + " cores: the cores are oversubscribed") == 1,
+                  over.output);
 }
 
 TEST_CASE("example under mpiexec: 2 ranks of batch 8 with --sync-bn train as one process of batch 16")

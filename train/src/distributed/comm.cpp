@@ -196,6 +196,19 @@ namespace xgrad::distributed
         return false;
     }
 
+    int local_process_count() noexcept
+    {
+        // Open MPI's, then MPICH's (Hydra) name for it; a value that is not a count reads as 1.
+        for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+            if (const char* v = std::getenv(name))
+            {
+                char* end = nullptr;
+                const long n = std::strtol(v, &end, 10);
+                return end != v && *end == '\0' && n >= 1 && n <= 1 << 20 ? static_cast<int>(n) : 1;
+            }
+        return 1;
+    }
+
     void init(int* argc, char*** argv)
     {
 #ifdef XGRAD_WITH_MPI

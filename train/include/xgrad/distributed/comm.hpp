@@ -35,6 +35,10 @@ namespace xgrad::distributed
     /// True when an MPI launcher started this process (its environment names a rank and a
     /// world size: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK).
     bool launched_by_mpi() noexcept;
+    /// How many processes of this job the launcher started on this machine (Open MPI's
+    /// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS); 1 without a launcher. They share
+    /// the machine's cores: K processes that each use every core oversubscribe it K times.
+    int local_process_count() noexcept;
 
     /// Joins the job (MPI_Init_thread, FUNNELED). Idempotent. Without MPI, does nothing (the
     /// world stays one process). Throws std::runtime_error when MPI cannot be initialised or
