@@ -70,9 +70,8 @@ TEST_CASE("make_schedule: every key, and a warm-up before any schedule")
     // warmup=N: a linear ramp from warmup_factor over N steps, then the schedule over the rest
     // with its defaults counted from there (cosine reaches 0 at the run's end).
     const auto w = optim::make_schedule("cosine:warmup=5,warmup_factor=0.2", 1.0, 25);
-    const optim::sequential_lr want({std::make_shared<optim::linear_lr>(1.0, 0.2, 1.0, 5),
-                                     std::make_shared<optim::cosine_lr>(1.0, 20, 0.0)},
-                                    {5});
+    const optim::sequential_lr want(
+        {std::make_shared<optim::linear_lr>(1.0, 0.2, 1.0, 5), std::make_shared<optim::cosine_lr>(1.0, 20, 0.0)}, {5});
     CHECK(same_rates(*w, want, 25));
     CHECK(w->lr_at(0) == 0.2);
     CHECK(w->lr_at(5) == 1.0);

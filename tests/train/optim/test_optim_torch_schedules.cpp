@@ -57,7 +57,8 @@ namespace
         for (const auto& c : o.at("schedules"))
             children.push_back(make(c));
         if (op == "sequential")
-            return std::make_shared<optim::sequential_lr>(children, o.at("milestones").get<std::vector<std::int64_t>>());
+            return std::make_shared<optim::sequential_lr>(children,
+                                                          o.at("milestones").get<std::vector<std::int64_t>>());
         REQUIRE_MESSAGE(op == "chained", "no xgrad schedule for op " << op);
         return std::make_shared<optim::chained_lr>(children);
     }

@@ -117,10 +117,7 @@ namespace xgrad::optim
                 fail(key + ": '" + *v + "' is not 0, 1, true or false");
             }
 
-            [[noreturn]] void fail(const std::string& what) const
-            {
-                fail_option(m_who, m_name + ": " + what);
-            }
+            [[noreturn]] void fail(const std::string& what) const { fail_option(m_who, m_name + ": " + what); }
 
         private:
             const std::string* find(const std::string& key) const

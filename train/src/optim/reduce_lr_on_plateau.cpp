@@ -133,11 +133,11 @@ namespace xgrad::optim
             problems.push_back("'lr' must be a finite number >= 0, got '" + *s + "'");
         // The best may be the start's infinity of the mode, never the other one or NaN.
         const double worst_start = m_options.mode == "min" ? -inf : inf;
-        if (const std::string* s = text("best"); s && (!parse_real(*s, best) || std::isnan(best) || best == worst_start))
+        if (const std::string* s = text("best");
+            s && (!parse_real(*s, best) || std::isnan(best) || best == worst_start))
             problems.push_back("'best' must be a number (" + std::string(m_options.mode == "min" ? "-inf" : "inf") +
                                " is never the best in mode '" + m_options.mode + "'), got '" + *s + "'");
-        if (const std::string* s = text("num_bad_epochs");
-            s && (!parse_count(*s, bad) || bad > m_options.patience))
+        if (const std::string* s = text("num_bad_epochs"); s && (!parse_count(*s, bad) || bad > m_options.patience))
             problems.push_back("'num_bad_epochs' must be an integer in [0, patience = " +
                                std::to_string(m_options.patience) + "], got '" + *s + "'");
         if (const std::string* s = text("cooldown_counter");
