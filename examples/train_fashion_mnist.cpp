@@ -1,7 +1,7 @@
 // Trains a small CNN on Fashion-MNIST with xgrad and shows it learning.
 //
 //   train_fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--optimizer sgd|adam|adamw]
-//                       [--schedule constant|step|cosine] [--threads T] [--device cpu|cuda]
+//                       [--schedule SPEC] [--threads T] [--device cpu|cuda]
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--init-from WEIGHTS]
 //                       [--format NCHW|NHWC] [--precision f32|bf16] [--limit N] [--test-limit N]
@@ -20,6 +20,11 @@
 // with the learning rate), steps.csv (the loss and learning rate of every step), metrics.svg
 // (loss and accuracy per epoch, loss and learning rate per step) and
 // checkpoint_epoch_<n>.safetensors after every epoch.
+// --schedule is NAME or NAME:KEY=VALUE,... (make_schedule, xgrad/optim/lr_scheduler.hpp, lists
+// the keys and defaults): constant, step, multistep, exponential, linear, cosine (the default)
+// and onecycle set the rate of every step over the whole run, e.g. cosine:warmup=200 or
+// onecycle:max_lr=0.01,pct_start=0.25; plateau (xgrad/optim/reduce_lr_on_plateau.hpp) lowers
+// it after epochs whose test loss did not improve, e.g. plateau:factor=0.5,patience=1.
 // --resume continues a run from one of its checkpoints exactly where it stopped; --init-from
 // starts a new run (fresh optimizer, epoch 0) from the weights of a checkpoint or of a
 // PyTorch state_dict saved as safetensors (fine-tuning; docs/interop.md). With --summary the
@@ -59,7 +64,7 @@ namespace
         std::int64_t batch_size = 64;
         double lr = 2e-3;
         std::string optimizer = "adamw";
-        std::string schedule = "cosine"; // over the whole run, per step
+        std::string schedule = "cosine"; // over the whole run, per step (plateau: per epoch)
         int threads = 0;                 // 0: xgrad's default
         std::string device = "cpu";
         std::filesystem::path data_dir = xgrad::data::default_fashion_mnist_dir;
@@ -98,7 +103,10 @@ namespace
         p.add_int("--batch-size", c.batch_size, 1, max_batch_size, "B", "images per batch (per process)");
         p.add_positive("--lr", c.lr, max_lr, "LR", "peak learning rate");
         p.add_choice("--optimizer", c.optimizer, {"sgd", "adam", "adamw"}, "sgd: momentum 0.9, Nesterov");
-        p.add_choice("--schedule", c.schedule, {"constant", "step", "cosine"}, "learning rate per step over the run");
+        p.add_string("--schedule", c.schedule, "SPEC",
+                     "learning rate per step over the run: NAME[:KEY=VALUE,...], NAME one of constant, step, "
+                     "multistep, exponential, linear, cosine, onecycle, or plateau (per epoch, on the test loss); "
+                     "keys in xgrad/optim/lr_scheduler.hpp (make_schedule)");
         p.add_int("--threads", c.threads, 1, max_threads, "T", "CPU threads (default: XGRAD_NUM_THREADS or all cores)");
         p.add_string("--device", c.device, "D", "cpu | cuda[:i]");
         p.add_path("--data-dir", c.data_dir, "DIR", "MNIST-format folder");
@@ -225,14 +233,23 @@ namespace
         lo.num_replicas = world.size();
         lo.rank = world.rank();
         data::data_loader loader(train_data, lo);
-        const auto schedule = xgrad::optim::make_schedule(
-            c.schedule, c.lr, xgrad::checked_mul(c.epochs, loader.batches_per_epoch(), "--epochs * batches per epoch"));
+        const std::int64_t total_steps = xgrad::checked_mul(c.epochs, loader.batches_per_epoch(),
+                                                            "--epochs * batches per epoch");
+        // Every rate a pure function of the step, or (plateau) of the test losses so far, whose
+        // state each checkpoint holds.
+        std::unique_ptr<xgrad::optim::lr_schedule> schedule;
+        std::unique_ptr<xgrad::optim::reduce_lr_on_plateau> plateau;
+        if (xgrad::optim::schedule_name(c.schedule) == "plateau")
+            plateau = xgrad::optim::make_plateau(c.schedule, c.lr);
+        else
+            schedule = xgrad::optim::make_schedule(c.schedule, c.lr, total_steps);
 
         xgrad::train::trainer_options o;
         o.epochs = c.epochs;
         o.device = dev;
         o.out = c.out;
         o.schedule = schedule.get();
+        o.plateau = plateau.get(); // on the test loss (trainer_options::plateau_on)
         o.test_data = test_data;
         o.log = &log;
         o.log_is_terminal = log_is_terminal;

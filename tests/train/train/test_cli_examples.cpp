@@ -356,6 +356,41 @@ TEST_CASE("examples: --resume with more --epochs extends a finished run")
     check_run(train({"--epochs", "2", "--resume", third}), 1, {"epochs: checkpoint 3, this run 2 (it may only grow)"});
 }
 
+TEST_CASE("examples: --schedule takes a spec: a one-cycle per step, a plateau per epoch resumed, a bad key named")
+{
+    scratch_folder dir;
+    write_set(dir / "data", "train", 8, 28, 28);
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const auto train = [&](const std::string& out, std::vector<std::string> extra) {
+        std::vector<std::string> args{"--data-dir", (dir / "data").string(), "--batch-size", "4",
+                                      "--out",      (dir / out).string(),    "--threads",    "1"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run(XGRAD_TRAIN_FASHION_MNIST, args, dir.path);
+    };
+    // 2 epochs of 2 steps: from 0.01 / 25 up to 0.01 at step 1, then down.
+    check_run(train("cycle", {"--epochs", "2", "--schedule", "onecycle:max_lr=0.01,pct_start=0.5"}), 0,
+              {"test accuracy after 2 epochs"});
+    const auto steps = xgrad::train::read_steps_csv(dir / "cycle" / "steps.csv");
+    REQUIRE(steps.size() == 4);
+    CHECK(steps[0].lr == doctest::Approx(4e-4).epsilon(1e-12));
+    CHECK(steps[1].lr == doctest::Approx(0.01).epsilon(1e-12));
+    CHECK(steps[3].lr < steps[2].lr);
+    // Nothing beats the first epoch's test loss by 1e9: every later epoch halves the rate.
+    const std::string plateau = "plateau:mode=max,threshold_mode=abs,threshold=1e9,patience=0,factor=0.5";
+    check_run(train("plateau", {"--epochs", "2", "--schedule", plateau}), 0, {"test accuracy after 2 epochs"});
+    const std::string second = (dir / "plateau" / "checkpoint_epoch_2.safetensors").string();
+    check_run(train("plateau", {"--epochs", "3", "--schedule", plateau, "--resume", second}), 0,
+              {"test accuracy after 3 epochs"});
+    const auto epochs = xgrad::train::read_metrics_csv(dir / "plateau" / "metrics.csv");
+    REQUIRE(epochs.size() == 3);
+    CHECK(epochs[0].lr == 2e-3);
+    CHECK(epochs[1].lr == 2e-3);
+    CHECK(epochs[2].lr == 1e-3); // from the state the checkpoint of epoch 2 holds
+    check_run(train("bad", {"--schedule", "cosine:warmup=abc"}), 1,
+              {"make_schedule: cosine: warmup: 'abc' is not an integer"});
+    check_run(train("bad", {"--schedule", "plateau:cooldown=-1"}), 1, {"reduce_lr_on_plateau", "cooldown", "-1"});
+}
+
 TEST_CASE("examples: --profile prints the first epoch's table and writes its trace")
 {
     scratch_folder dir;

@@ -1,7 +1,7 @@
 // xgrad::train's building blocks: classifier metrics (tally, accuracy, evaluate_classifier
 // over images or any dataset, and the mode it restores), checkpoint paths and the
-// resume-compatibility check, and the trainer's options (schedule by epoch, no output folder,
-// no test data, a test set of either kind, callbacks, errors).
+// resume-compatibility check, and the trainer's options (schedule by epoch, a plateau scheduler
+// and its resume, no output folder, no test data, a test set of either kind, callbacks, errors).
 // Whole training runs are in test_training.cpp.
 #include <doctest/doctest.h>
 
@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/check_error.hpp"
@@ -445,6 +446,88 @@ TEST_CASE("trainer: bad options, and a resume refused before anything is loaded"
     CHECK(r.first_epoch == 1);
     CHECK(r.metrics.size() == 2);
     CHECK(train::read_metrics_csv(r.csv).size() == 2);
+}
+
+TEST_CASE("trainer: a plateau scheduler sets each epoch's rate, and a resumed run continues its sequence")
+{
+    temp_dir tmp("plateau");
+    const auto data = tiny_dataset(10, 6);
+    data::loader_options lo;
+    lo.batch_size = 4;
+    lo.prefetch = false;
+    // The first epoch's loss is the first best; nothing beats it by 1e9, so with patience 0 every
+    // later epoch halves the rate for the next: 0.1, 0.1, 0.05, 0.025.
+    optim::plateau_options po;
+    po.mode = "max";
+    po.threshold_mode = "abs";
+    po.threshold = 1e9;
+    po.patience = 0;
+    po.factor = 0.5;
+    const auto run = [&](std::int64_t epochs, const fs::path& resume_from) {
+        generator gen(8);
+        auto model = std::make_shared<probe>(gen);
+        auto opt = optim::make_optimizer("sgd", *model, 0.1);
+        data::data_loader loader(data, lo);
+        optim::reduce_lr_on_plateau plateau(0.1, po);
+        train::trainer_options o;
+        o.epochs = epochs;
+        o.out = tmp.path / "run";
+        o.plateau = &plateau;
+        o.plateau_on = train::plateau_metric::train_loss;
+        train::trainer t(*model, *opt, loader, o);
+        if (!resume_from.empty())
+            t.resume(resume_from);
+        const auto r = t.fit();
+        return std::make_pair(r.metrics, to_vector(model->parameters()[0]));
+    };
+    const auto whole = run(4, {});
+    REQUIRE(whole.first.size() == 4);
+    const double want[] = {0.1, 0.1, 0.05, 0.025};
+    for (std::size_t e = 0; e < 4; ++e)
+        CHECK(whole.first[e].lr == want[e]);
+    // Resumed after epoch 2 by a fresh process: the same rates and bit for bit the same weights.
+    const auto resumed = run(4, train::checkpoint_path(tmp.path / "run", 2));
+    REQUIRE(resumed.first.size() == 4);
+    CHECK(resumed.first[2].lr == want[2]);
+    CHECK(resumed.first[3].lr == want[3]);
+    CHECK(resumed.second == whole.second);
+    const auto metadata = io::read_safetensors_metadata(train::checkpoint_path(tmp.path / "run", 4));
+    CHECK(metadata.at("lr_scheduler.num_bad_epochs") == "0");
+    CHECK(metadata.at("lr_scheduler.last_epoch") == "4");
+
+    // Refusals: a checkpoint without the plateau's state or with state it rejects (named with
+    // the file), and options that cannot work together.
+    generator gen(9);
+    probe model(gen);
+    auto opt = optim::make_optimizer("sgd", model, 0.1);
+    data::data_loader loader(data, lo);
+    const fs::path bare = tmp.path / "bare.safetensors";
+    io::save_checkpoint(bare, model, opt.get(), 1);
+    optim::reduce_lr_on_plateau plateau(0.1, po);
+    train::trainer_options o;
+    o.epochs = 3;
+    o.plateau = &plateau;
+    o.plateau_on = train::plateau_metric::train_accuracy;
+    train::trainer t(model, *opt, loader, o);
+    const std::string bare_name = bare.string();
+    CHECK_ERROR(t.resume(bare), xgrad::invalid_argument, bare_name.c_str(), "no plateau state", "lr_scheduler.");
+    const fs::path bad = tmp.path / "bad.safetensors";
+    io::save_checkpoint(bad, model, opt.get(), 1, {{"lr_scheduler.lr", "-1"}});
+    const std::string bad_name = bad.string();
+    CHECK_ERROR(t.resume(bad), xgrad::invalid_argument, bad_name.c_str(), "reduce_lr_on_plateau", "'lr'",
+                "'best' is missing");
+    CHECK(t.epochs_done() == 0);
+    CHECK(plateau.last_epoch() == 0);
+    optim::constant_lr constant(0.1);
+    train::trainer_options both = o;
+    both.schedule = &constant;
+    CHECK_ERROR(train::trainer(model, *opt, loader, both), xgrad::invalid_argument, "both schedule and plateau");
+    train::trainer_options on_test = o;
+    on_test.plateau_on = train::plateau_metric::test_loss;
+    CHECK_ERROR(train::trainer(model, *opt, loader, on_test), xgrad::invalid_argument, "plateau_on", "no test set");
+    train::trainer_options clash = o;
+    clash.run_metadata = {{"lr_scheduler.best", "1"}};
+    CHECK_ERROR(train::trainer(model, *opt, loader, clash), xgrad::invalid_argument, "'lr_scheduler.best'");
 }
 
 TEST_CASE("topk_correct and topk_accuracy: the label among the k largest logits")

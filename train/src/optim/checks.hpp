@@ -2,6 +2,7 @@
 // What the optimizers' sources share: the text of their messages and the checks of their
 // options (the comparisons are written so that NaN fails them).
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -51,6 +52,41 @@ namespace xgrad::optim::detail
     {
         if (!(v >= 0.0) || (closed ? !(v <= 1.0) : !(v < 1.0)))
             fail_option(who, std::string(option) + " must be in [0, 1" + (closed ? "]" : ")") + ", got " + number(v));
+    }
+
+    /// The checks of the schedules' arguments (lr_scheduler.hpp), naming the schedule.
+    inline void check_positive(std::string_view who, const char* option, double v)
+    {
+        if (!(v > 0.0) || !std::isfinite(v))
+            fail_option(who, std::string(option) + " must be a finite number > 0, got " + number(v));
+    }
+
+    inline void check_at_least(std::string_view who, const char* option, std::int64_t v, std::int64_t least)
+    {
+        if (v < least)
+            fail_option(who,
+                        std::string(option) + " must be >= " + std::to_string(least) + ", got " + std::to_string(v));
+    }
+
+    /// A step (or epoch) number given to lr_at or chain.
+    inline void check_step(std::string_view who, const char* function, std::int64_t t)
+    {
+        if (t < 0)
+            fail_option(who, std::string(function) + ": the step (or epoch) must be >= 0, got " + std::to_string(t));
+    }
+
+    /// Milestones: strictly increasing, each >= 1.
+    inline void check_milestones(std::string_view who, const std::vector<std::int64_t>& milestones)
+    {
+        for (std::size_t i = 0; i < milestones.size(); ++i)
+        {
+            if (milestones[i] < 1)
+                fail_option(who, "milestones must be >= 1, got " + std::to_string(milestones[i]) + " at index " +
+                                     std::to_string(i));
+            if (i > 0 && milestones[i] <= milestones[i - 1])
+                fail_option(who, "milestones must be strictly increasing, got " + std::to_string(milestones[i - 1]) +
+                                     " then " + std::to_string(milestones[i]) + " at index " + std::to_string(i));
+        }
     }
 
     /// Empty when t has the shape, dtype and device of p; otherwise what differs.

@@ -45,6 +45,48 @@ namespace xgrad::train
             return s.str();
         }
 
+        /// The prefix of the plateau scheduler's state in checkpoint metadata.
+        const std::string plateau_prefix = "lr_scheduler.";
+
+        void check_plateau_options(const trainer_options& o)
+        {
+            if (o.schedule)
+                throw xgrad::invalid_argument(
+                    "trainer: both schedule and plateau are set; the learning rate follows one "
+                    "of them");
+            const bool on_test = o.plateau_on == plateau_metric::test_loss ||
+                                 o.plateau_on == plateau_metric::test_accuracy;
+            if (on_test && !o.test_data && !o.test_dataset)
+                throw xgrad::invalid_argument("trainer: plateau_on is a test metric, but there is no test set "
+                                              "(test_data or test_dataset)");
+            for (const auto& entry : o.run_metadata)
+                if (entry.first.rfind(plateau_prefix, 0) == 0)
+                    throw xgrad::invalid_argument("trainer: run_metadata key '" + entry.first + "' starts with '" +
+                                                  plateau_prefix + "', which holds the plateau's state");
+        }
+
+        double plateau_value(const epoch_metrics& m, plateau_metric which)
+        {
+            switch (which)
+            {
+            case plateau_metric::test_loss: return m.test_loss;
+            case plateau_metric::test_accuracy: return m.test_accuracy;
+            case plateau_metric::train_loss: return m.train_loss;
+            case plateau_metric::train_accuracy: return m.train_accuracy;
+            }
+            return m.test_loss;
+        }
+
+        /// The plateau's state in a checkpoint's metadata, prefix removed.
+        optim::reduce_lr_on_plateau::state_dict_type plateau_state(const io::metadata_map& metadata)
+        {
+            optim::reduce_lr_on_plateau::state_dict_type state;
+            for (const auto& entry : metadata)
+                if (entry.first.rfind(plateau_prefix, 0) == 0)
+                    state[entry.first.substr(plateau_prefix.size())] = entry.second;
+            return state;
+        }
+
         /// Examples [first, first + count) of another dataset: a rank's shard of a test set.
         class dataset_range final : public data::dataset
         {
@@ -138,6 +180,8 @@ namespace xgrad::train
                                               std::to_string(train->rows) + "x" + std::to_string(train->cols) +
                                               " (channels x rows x cols): the model takes one size");
         }
+        if (m_options.plateau)
+            check_plateau_options(m_options);
         const data::loader_options& lo = m_loader.options();
         if (distributed::distributed_data_parallel* ddp = m_options.data_parallel)
         {
@@ -182,6 +226,25 @@ namespace xgrad::train
             distributed::barrier(m_options.data_parallel->group());
         const io::metadata_map metadata = io::read_safetensors_metadata(checkpoint);
         check_resume_compatible(checkpoint, metadata, m_options.run_metadata, m_options.extendable_metadata);
+        // The plateau's state is checked on a copy before anything changes.
+        const optim::reduce_lr_on_plateau::state_dict_type plateau = plateau_state(metadata);
+        if (m_options.plateau)
+        {
+            if (plateau.empty())
+                throw xgrad::invalid_argument(checkpoint.string() + ": the checkpoint holds no plateau state ('" +
+                                              plateau_prefix +
+                                              "*' metadata): it was written by a run without "
+                                              "reduce_lr_on_plateau");
+            optim::reduce_lr_on_plateau probe = *m_options.plateau;
+            try
+            {
+                probe.load_state_dict(plateau);
+            }
+            catch (const xgrad::invalid_argument& e)
+            {
+                throw xgrad::invalid_argument(checkpoint.string() + ": " + e.what());
+            }
+        }
         std::vector<epoch_metrics> earlier;
         std::vector<step_metrics> earlier_steps;
         if (!m_options.out.empty() && std::filesystem::exists(m_options.out / "metrics.csv"))
@@ -203,6 +266,8 @@ namespace xgrad::train
                                           " epochs: the run is complete (more epochs extend it where the run "
                                           "allows that: trainer_options::extendable_metadata)");
         }
+        if (m_options.plateau)
+            m_options.plateau->load_state_dict(plateau);
         m_epochs_done = info.epoch;
         m_history.clear();
         for (const auto& m : earlier)
@@ -222,6 +287,8 @@ namespace xgrad::train
         const double replicas = ddp ? static_cast<double>(ddp->group().size()) : 1.0;
         m_model.train();
         m_loader.start_epoch(epoch);
+        if (m_options.plateau)
+            m_optimizer.set_lr(m_options.plateau->lr());
         std::ostream discard(nullptr); // without a log the bar draws into nothing
         std::ostream& out = log() ? *log() : discard;
         progress_bar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(m_options.epochs),
@@ -371,6 +438,8 @@ namespace xgrad::train
             const size_type epoch = m_epochs_done;
             size_type images = 0;
             const epoch_metrics m = train_epoch(epoch, images);
+            if (m_options.plateau)
+                m_options.plateau->step(plateau_value(m, m_options.plateau_on));
             train_seconds += m.seconds;
             train_images += images;
             m_history.push_back(m);
@@ -383,8 +452,11 @@ namespace xgrad::train
                     write_metrics_csv(result.csv, m_history);
                     write_steps_csv(result.steps_csv, m_steps);
                     write_metrics_svg(result.plot, m_history, m_options.plot_title, m_steps);
-                    io::save_checkpoint(result.checkpoint, m_model, &m_optimizer, m_epochs_done,
-                                        m_options.run_metadata);
+                    io::metadata_map metadata = m_options.run_metadata;
+                    if (m_options.plateau)
+                        for (const auto& entry : m_options.plateau->state_dict())
+                            metadata[plateau_prefix + entry.first] = entry.second;
+                    io::save_checkpoint(result.checkpoint, m_model, &m_optimizer, m_epochs_done, metadata);
                 }
                 // The files are complete for every rank from here on.
                 if (m_options.data_parallel)

@@ -16,10 +16,11 @@
 //
 // Reproducibility: a step computes only from the model, the optimizer state, the batch and
 // the learning rate. The loader's batch order is a function of (its seed, epoch), the
-// learning rate of the global step, and the checkpoint of epoch k holds the whole model
-// (parameters and buffers) and optimizer state. So a run resumed from the checkpoint of epoch
-// k computes bit for bit what the uninterrupted run computes after epoch k, given the same
-// thread count (xgrad's parallel reductions combine per-thread partial results).
+// learning rate of the global step (a schedule) or of the plateau scheduler's state, and the
+// checkpoint of epoch k holds the whole model (parameters and buffers), the optimizer state and
+// that plateau state. So a run resumed from the checkpoint of epoch k computes bit for bit what
+// the uninterrupted run computes after epoch k, given the same thread count (xgrad's parallel
+// reductions combine per-thread partial results).
 //
 // Data-parallel training (options.data_parallel set; K = its group's size): the job's K
 // processes each run a trainer on the same model construction, with the loader sharded for
@@ -55,6 +56,7 @@
 #include "xgrad/nn/module.hpp"
 #include "xgrad/optim/lr_scheduler.hpp"
 #include "xgrad/optim/optimizer.hpp"
+#include "xgrad/optim/reduce_lr_on_plateau.hpp"
 #include "xgrad/train/metrics.hpp"
 
 namespace xgrad::distributed
@@ -69,6 +71,16 @@ namespace xgrad::train
     {
         step, // global optimizer step: epoch * batches_per_epoch + batch index
         epoch // epochs completed
+    };
+
+    /// The epoch metric a plateau scheduler follows (its mode says whether lower or higher is
+    /// better: "min" for the losses, "max" for the accuracies).
+    enum class plateau_metric
+    {
+        test_loss,
+        test_accuracy,
+        train_loss,
+        train_accuracy
     };
 
     struct trainer_options
@@ -93,6 +105,14 @@ namespace xgrad::train
         /// Not owned; must outlive fit(). Null: the optimizer's learning rate is left as it is.
         const optim::lr_schedule* schedule = nullptr;
         schedule_unit schedule_by = schedule_unit::step;
+        /// A learning rate driven by a metric, in place of a schedule (set one of them, not
+        /// both). Not owned; must outlive fit(). Every epoch trains at plateau->lr(); after its
+        /// metrics, plateau->step(the epoch's plateau_on) sets the next epoch's rate. Its state
+        /// goes into every checkpoint as metadata "lr_scheduler.<name>"
+        /// (reduce_lr_on_plateau::state_dict; run_metadata may not use such keys), and resume()
+        /// restores it. Null: none.
+        optim::reduce_lr_on_plateau* plateau = nullptr;
+        plateau_metric plateau_on = plateau_metric::test_loss;
         /// Evaluated after every epoch in the training loader's data format and dtype. Null: the test
         /// metrics are NaN (the CSV keeps them, the chart skips them).
         std::shared_ptr<const data::image_dataset> test_data;
@@ -141,7 +161,9 @@ namespace xgrad::train
         /// schedule's global step), an empty test set, or test images of another size than the
         /// training images (naming both sizes); with data_parallel, a model other than
         /// data_parallel->module(), or a loader whose num_replicas and rank are not the group's
-        /// size and rank (naming both); without it, a loader with num_replicas other than 1.
+        /// size and rank (naming both); without it, a loader with num_replicas other than 1;
+        /// both a schedule and a plateau, a plateau on a test metric without a test set, or a
+        /// plateau with run_metadata keys starting "lr_scheduler.".
         trainer(nn::module& model, optim::optimizer& optimizer, data::data_loader& train_loader,
                 trainer_options options);
 
@@ -155,13 +177,14 @@ namespace xgrad::train
         /// changes: io::format_error from io::load_checkpoint (naming the file) for a file that
         /// does not fit the model or optimizer; xgrad::invalid_argument naming the file for
         /// run metadata that differs from options.run_metadata (check_resume_compatible) or a
-        /// checkpoint that has already completed options.epochs; std::runtime_error naming the
-        /// CSV for a malformed metrics.csv or steps.csv.
+        /// checkpoint that has already completed options.epochs, or, with options.plateau, for
+        /// a checkpoint without its state or with state it refuses (its message included);
+        /// std::runtime_error naming the CSV for a malformed metrics.csv or steps.csv.
         io::checkpoint_info resume(const std::filesystem::path& checkpoint);
 
         /// Runs the remaining epochs. Each one: the model in train mode, one optimizer step per
-        /// batch (learning rate from the schedule first), the test evaluation, then the
-        /// metrics (CSV and chart) and checkpoint files, then on_epoch_end. Throws
+        /// batch (learning rate from the schedule first), the test evaluation, the plateau's
+        /// step, then the metrics (CSV and chart) and checkpoint files, then on_epoch_end. Throws
         /// xgrad::invalid_argument when no epoch remains; errors of the loader, the model, the
         /// files (naming them) pass through, leaving the files of finished epochs intact.
         fit_result fit();
