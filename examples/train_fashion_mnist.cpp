@@ -165,17 +165,11 @@ namespace
         return s.str();
     }
 
-    /// The run as configured: a pure function of the config (weights from generator(seed),
-    /// each epoch's batch order from (seed, epoch), the learning rate from the global step),
-    /// so --resume continues it exactly. Throws on bad settings, data or checkpoint.
-    xgrad::train::fit_result train(const train_config& c, std::ostream& log, bool log_is_terminal)
+    /// --threads, or for a rank of a data-parallel job its share of the machine's cores: the
+    /// processes of a job on one machine share its cores, so each takes its share unless told
+    /// otherwise, and a setting that oversubscribes the cores is said.
+    void set_threads(const train_config& c, std::ostream& log)
     {
-        namespace data = xgrad::data;
-        namespace distributed = xgrad::distributed;
-        if (c.data_format != "NCHW" && c.data_format != "NHWC")
-            throw xgrad::invalid_argument("--format must be NCHW or NHWC, got '" + c.data_format + "'");
-        // Processes of a job on one machine share its cores: each takes its share unless told
-        // otherwise, and a setting that oversubscribes the cores is said.
         const int local = xgrad::distributed::local_process_count();
         const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         const char* env_threads = std::getenv("XGRAD_NUM_THREADS");
@@ -192,6 +186,38 @@ namespace
             log << "warning: " << local << " processes x " << xgrad::get_num_threads() << " threads on " << cores
                 << " cores: the cores are oversubscribed, which slows every rank (set --threads "
                 << std::max(1, cores / local) << ")\n";
+    }
+
+    /// A longer run re-plans a decaying schedule: says where the learning rate jumps to when a
+    /// run resumes with more --epochs than its checkpoint's run planned.
+    void note_extended_schedule(const train_config& c, const xgrad::io::checkpoint_info& info,
+                                const xgrad::train::trainer& t, const xgrad::optim::lr_schedule& schedule,
+                                std::int64_t batches_per_epoch, std::ostream& log)
+    {
+        const auto planned = info.metadata.find("epochs");
+        if (planned != info.metadata.end() && planned->second != std::to_string(c.epochs) && c.schedule != "constant")
+        {
+            const double next = schedule.lr_at(info.epoch * batches_per_epoch);
+            log << "note: the checkpoint's run planned " << planned->second
+                << (planned->second == "1" ? " epoch" : " epochs") << " and this one " << c.epochs << ": the "
+                << c.schedule << " schedule now spans " << c.epochs << " epochs, so the learning rate goes ";
+            if (!t.history().empty() && std::isfinite(t.history().back().lr))
+                log << "from " << t.history().back().lr << " (epoch " << info.epoch << ") ";
+            log << "to " << next << " (epoch " << info.epoch + 1 << "); a run started with --epochs " << c.epochs
+                << " would differ\n";
+        }
+    }
+
+    /// The run as configured: a pure function of the config (weights from generator(seed),
+    /// each epoch's batch order from (seed, epoch), the learning rate from the global step),
+    /// so --resume continues it exactly. Throws on bad settings, data or checkpoint.
+    xgrad::train::fit_result train(const train_config& c, std::ostream& log, bool log_is_terminal)
+    {
+        namespace data = xgrad::data;
+        namespace distributed = xgrad::distributed;
+        if (c.data_format != "NCHW" && c.data_format != "NHWC")
+            throw xgrad::invalid_argument("--format must be NCHW or NHWC, got '" + c.data_format + "'");
+        set_threads(c, log);
         const xgrad::device dev = xgrad::parse_device(c.device);
 
         // Both sets are checked when they are read (an empty set, images of another size than
@@ -297,20 +323,8 @@ namespace
         {
             const auto info = t.resume(c.resume);
             log << "resumed from " << c.resume.string() << " after epoch " << info.epoch << "\n";
-            // A longer run re-plans a decaying schedule: say where the learning rate jumps to.
-            const auto planned = info.metadata.find("epochs");
-            if (planned != info.metadata.end() && planned->second != std::to_string(c.epochs) &&
-                c.schedule != "constant")
-            {
-                const double next = schedule->lr_at(info.epoch * loader.batches_per_epoch());
-                log << "note: the checkpoint's run planned " << planned->second
-                    << (planned->second == "1" ? " epoch" : " epochs") << " and this one " << c.epochs << ": the "
-                    << c.schedule << " schedule now spans " << c.epochs << " epochs, so the learning rate goes ";
-                if (!t.history().empty() && std::isfinite(t.history().back().lr))
-                    log << "from " << t.history().back().lr << " (epoch " << info.epoch << ") ";
-                log << "to " << next << " (epoch " << info.epoch + 1 << "); a run started with --epochs " << c.epochs
-                    << " would differ\n";
-            }
+            if (schedule) // (a plateau schedule resumes its own state: nothing is re-planned)
+                note_extended_schedule(c, info, t, *schedule, loader.batches_per_epoch(), log);
         }
         log << "model: " << model->describe() << "\n"
             << "parameters: " << xgrad::nn::count_parameters(*model) << ", training images: " << train_data->size
