@@ -1,6 +1,6 @@
 // Trains a small CNN on Fashion-MNIST with xgrad and shows it learning.
 //
-//   train_fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--optimizer sgd|adam|adamw]
+//   train_fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--optimizer sgd|adam|adamw|rmsprop|adagrad]
 //                       [--schedule SPEC] [--threads T] [--device cpu|cuda]
 //                       [--data-dir DIR] [--seed S] [--out DIR] [--resume CHECKPOINT]
 //                       [--init-from WEIGHTS]
@@ -102,7 +102,8 @@ namespace
         p.add_int("--epochs", c.epochs, 1, max_epochs, "N", "epochs to train");
         p.add_int("--batch-size", c.batch_size, 1, max_batch_size, "B", "images per batch (per process)");
         p.add_positive("--lr", c.lr, max_lr, "LR", "peak learning rate");
-        p.add_choice("--optimizer", c.optimizer, {"sgd", "adam", "adamw"}, "sgd: momentum 0.9, Nesterov");
+        p.add_choice("--optimizer", c.optimizer, {"sgd", "adam", "adamw", "rmsprop", "adagrad"},
+                     "sgd: momentum 0.9, Nesterov; adamw: weight decay 0.01; rmsprop, adagrad: PyTorch's defaults");
         p.add_string("--schedule", c.schedule, "SPEC",
                      "learning rate per step over the run: NAME[:KEY=VALUE,...], NAME one of constant, step, "
                      "multistep, exponential, linear, cosine, onecycle, or plateau (per epoch, on the test loss); "

@@ -25,8 +25,10 @@
 #include "xgrad/nn/module.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/reduce.hpp"
+#include "xgrad/optim/adagrad.hpp"
 #include "xgrad/optim/lr_scheduler.hpp"
 #include "xgrad/optim/optimizer.hpp"
+#include "xgrad/optim/rmsprop.hpp"
 
 using namespace xgrad;
 using namespace optim_test;
@@ -192,8 +194,8 @@ TEST_CASE("optim: bad options are rejected, naming the option")
     CHECK_ERROR(opt.set_lr(inf), xgrad::invalid_argument, "sgd: set_lr", "inf");
     CHECK(opt.lr() == so{}.lr);
 
-    CHECK_ERROR(optim::make_optimizer("rmsprop", m, 0.1), xgrad::invalid_argument, "unknown optimizer 'rmsprop'",
-                "'sgd'", "'adam'", "'adamw'");
+    CHECK_ERROR(optim::make_optimizer("lamb", m, 0.1), xgrad::invalid_argument, "unknown optimizer 'lamb'", "'sgd'",
+                "'adam'", "'adamw'", "'rmsprop'", "'adagrad'");
     CHECK_ERROR(optim::make_optimizer("SGD", m, 0.1), xgrad::invalid_argument, "'SGD'");
     CHECK_ERROR(optim::make_optimizer("adam", m, -0.1), xgrad::invalid_argument, "adam: lr");
 }
@@ -217,6 +219,17 @@ TEST_CASE("optim: make_optimizer gives the training example's defaults")
         CHECK(ap->options().weight_decay == decay);
         CHECK((ap->options().beta1 == 0.9 && ap->options().beta2 == 0.999 && ap->options().eps == 1e-8));
     }
+    // rmsprop and adagrad: PyTorch's defaults, the options' own.
+    const auto r = optim::make_optimizer("rmsprop", m, 0.003);
+    const auto* rp = dynamic_cast<const optim::rmsprop*>(r.get());
+    REQUIRE(rp);
+    CHECK(r->lr() == 0.003);
+    CHECK((rp->options().alpha == 0.99 && rp->options().eps == 1e-8 && rp->options().momentum == 0.0));
+    const auto g = optim::make_optimizer("adagrad", m, 0.004);
+    const auto* gp = dynamic_cast<const optim::adagrad*>(g.get());
+    REQUIRE(gp);
+    CHECK(g->lr() == 0.004);
+    CHECK((gp->options().lr_decay == 0.0 && gp->options().eps == 1e-10 && gp->options().weight_decay == 0.0));
 }
 
 TEST_CASE("optim: float16 and bfloat16 parameters are updated in float32 and rounded once")

@@ -231,7 +231,7 @@ TEST_CASE("examples: one command line for every program (--help, --flag=value, u
     }
     // Descriptions, ranges and defaults in the help.
     check_run(run(XGRAD_TRAIN_FASHION_MNIST, {"--help"}, dir.path), 0,
-              {"--epochs N", "epochs to train [1, 1000000] (default 2)", "--optimizer sgd|adam|adamw",
+              {"--epochs N", "epochs to train [1, 1000000] (default 2)", "--optimizer sgd|adam|adamw|rmsprop|adagrad",
                "(default adamw)", "--init-from FILE"});
     check_run(run(XGRAD_TWO_MOONS, {"--help"}, dir.path), 0, {"--hidden N", "(default 32)"});
     // A value missing, a value given to a switch, a value outside the choices.

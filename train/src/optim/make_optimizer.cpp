@@ -5,8 +5,10 @@
 
 #include "checks.hpp"
 #include "xgrad/errors.hpp"
+#include "xgrad/optim/adagrad.hpp"
 #include "xgrad/optim/adam.hpp"
 #include "xgrad/optim/optimizer.hpp"
+#include "xgrad/optim/rmsprop.hpp"
 #include "xgrad/optim/sgd.hpp"
 
 namespace xgrad::optim
@@ -36,7 +38,19 @@ namespace xgrad::optim
                 o.weight_decay = 0.01;
             return std::make_unique<adam>(model, o, name == "adamw");
         }
+        if (name == "rmsprop")
+        {
+            rmsprop_options o;
+            o.lr = lr;
+            return std::make_unique<rmsprop>(model, o);
+        }
+        if (name == "adagrad")
+        {
+            adagrad_options o;
+            o.lr = lr;
+            return std::make_unique<adagrad>(model, o);
+        }
         throw xgrad::invalid_argument("make_optimizer: unknown optimizer " + quoted(name) +
-                                      "; the choices are 'sgd', 'adam', 'adamw'");
+                                      "; the choices are 'sgd', 'adam', 'adamw', 'rmsprop', 'adagrad'");
     }
 }

@@ -200,9 +200,10 @@ namespace xgrad::optim
     /// negative or not finite.
     void clip_grad_value(nn::module& m, double clip_value);
 
-    /// Creates an optimizer by name ("sgd", "adam", "adamw") with the given learning rate and
-    /// the defaults of the training example (sgd: momentum 0.9, nesterov; adam: betas 0.9,
-    /// 0.999, eps 1e-8, no weight decay; adamw: the same with weight decay 0.01). Throws
+    /// Creates an optimizer by name ("sgd", "adam", "adamw", "rmsprop", "adagrad") with the
+    /// given learning rate and the defaults of the training example (sgd: momentum 0.9,
+    /// nesterov; adam: betas 0.9, 0.999, eps 1e-8, no weight decay; adamw: the same with weight
+    /// decay 0.01; rmsprop and adagrad: PyTorch's defaults). Throws
     /// xgrad::invalid_argument naming the name and the choices otherwise, or naming the
     /// learning rate when it is negative, NaN or infinite.
     std::unique_ptr<optimizer> make_optimizer(const std::string& name, nn::module& model, double lr);
