@@ -334,6 +334,9 @@ namespace
             << "), threads: " << xgrad::get_num_threads() << ", format: " << c.data_format
             << ", precision: " << c.precision << ", device: " << to_string(dev) << "\n"
             << "cpu kernels: " << xgrad::cpu_kernels_description() << "\n";
+        if (c.precision == "bf16")
+            if (const std::string notice = xgrad::bfloat16_notice(); !notice.empty())
+                log << "note: " << notice << "\n";
         if (const std::string hint = xgrad::blas_performance_hint(); !hint.empty())
             log << "note: " << hint << "\n";
         if (ddp)

@@ -15,6 +15,7 @@
 
 #include <cblas.h>
 
+#include "backends/cpu/amx/amx.hpp"
 #include "backends/cpu/simd/level.hpp"
 
 namespace xgrad
@@ -64,5 +65,16 @@ namespace xgrad
                " kernels, which do not use it; OPENBLAS_CORETYPE=SkylakeX in the environment selects its AVX-512 "
                "kernels" +
                gain;
+    }
+
+    std::string bfloat16_notice()
+    {
+        if (cpu::amx_in_use())
+            return {};
+        const char* why = cpu::amx_supported() ? "AMX is turned off (XGRAD_SIMD below avx512, or limit_amx)"
+                                               : "this processor has no AMX";
+        return std::string("bfloat16 here is storage, not arithmetic: ") + why +
+               ", so bfloat16 convolutions and linear layers compute in float32 on widened operands (the "
+               "activations' bytes are halved, the arithmetic is float32's)";
     }
 }

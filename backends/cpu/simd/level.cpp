@@ -1,6 +1,7 @@
 // The run-time choice of instruction set for the fast kernels of an XGRAD_SIMD=dispatch build
 // (simd/level_scalar.cpp stands in for this file in a scalar build): what the processor and the
-// OS support, the process-wide cap set by limit_simd_level (simd/level.hpp), whether copies
+// OS support, the caps set by the environment variable XGRAD_SIMD and by limit_simd_level
+// (simd/level.hpp), whether copies
 // may use F16C, whether the batch-norm kernels may use AVX512-BF16's conversion, and whether
 // the AMX tile kernels may run (amx/amx.hpp).
 //
@@ -10,6 +11,9 @@
 // look at; the checks are made here, once, from CPUID directly.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -138,9 +142,36 @@ namespace xgrad::cpu
         return best;
     }
 
+    simd_level simd_environment_cap() noexcept
+    {
+        // Read once, on first use (not at static initialisation, whose order across files is
+        // unspecified). An unknown value is said once on stderr and ignored: this runs inside
+        // noexcept kernel dispatch, where there is no caller to throw to.
+        static const simd_level cap = [] {
+            const char* v = std::getenv("XGRAD_SIMD");
+            if (v == nullptr || *v == '\0')
+                return simd_level_max;
+            const std::string_view s(v);
+            if (s == "dispatch" || s == "avx512")
+                return simd_level::avx512;
+            if (s == "avx2_fma" || s == "avx2")
+                return simd_level::avx2_fma;
+            if (s == "sse2")
+                return simd_level::sse2;
+            if (s == "scalar")
+                return simd_level::scalar;
+            std::fprintf(stderr,
+                         "xgrad: XGRAD_SIMD=%s is not one of avx512, avx2 (avx2_fma), sse2, scalar, dispatch: "
+                         "ignored\n",
+                         v);
+            return simd_level_max;
+        }();
+        return cap;
+    }
+
     simd_level simd_level_in_use() noexcept
     {
-        return std::min(simd_supported(), g_limit.load(std::memory_order_relaxed));
+        return std::min({simd_supported(), simd_environment_cap(), g_limit.load(std::memory_order_relaxed)});
     }
 
     void limit_simd_level(simd_level max_level) noexcept { g_limit.store(max_level, std::memory_order_relaxed); }

@@ -38,7 +38,13 @@ namespace xgrad::cpu
 
     /// The best level this build and this processor support.
     simd_level simd_supported() noexcept;
-    /// The level the kernels use now: the smaller of simd_supported() and the current limit.
+    /// The cap the environment sets: XGRAD_SIMD=avx512 | avx2 (or avx2_fma) | sse2 | scalar
+    /// (dispatch or unset: none), read once. For measuring a lower level on a processor that
+    /// has a higher one without rebuilding (as the bench's --simd flag does for its own runs);
+    /// limit_simd_level cannot raise the level above it.
+    simd_level simd_environment_cap() noexcept;
+    /// The level the kernels use now: the smallest of simd_supported(), the environment's cap
+    /// and the current limit.
     simd_level simd_level_in_use() noexcept;
     /// Caps the level for subsequent kernel calls (process-wide; default: no cap). Not meant to
     /// change while kernels run on other threads.

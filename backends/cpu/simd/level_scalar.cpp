@@ -11,6 +11,7 @@
 namespace xgrad::cpu
 {
     simd_level simd_supported() noexcept { return simd_level::scalar; }
+    simd_level simd_environment_cap() noexcept { return simd_level::scalar; }
     simd_level simd_level_in_use() noexcept { return simd_level::scalar; }
     void limit_simd_level(simd_level) noexcept {}
     bool avx512_bf16_supported() noexcept { return false; }

@@ -17,4 +17,11 @@ namespace xgrad
     /// OpenBLAS makes its choice when it is loaded, before any code of xgrad runs, so xgrad
     /// can only name the setting.
     std::string blas_performance_hint();
+
+    /// Empty where bfloat16 convolutions run on AMX tiles; otherwise one sentence saying that
+    /// bfloat16 compute here is float32 arithmetic on widened operands (the processor has no
+    /// AMX, or XGRAD_SIMD / limit_amx turned it off): what a mixed-precision run should print
+    /// so that nobody expects AMX's speed from it. bfloat16 storage still halves the
+    /// activations' bytes.
+    std::string bfloat16_notice();
 }

@@ -252,6 +252,38 @@ TEST_CASE("examples: one command line for every program (--help, --flag=value, u
               1, {text.string() + ": not a safetensors file"});
 }
 
+TEST_CASE("examples: --precision bf16 says when bfloat16 is storage only; XGRAD_SIMD caps the kernels' level")
+{
+    scratch_folder dir;
+    write_set(dir / "data", "train", 4, 28, 28);
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const std::vector<std::string> args{XGRAD_TRAIN_FASHION_MNIST,
+                                        "--data-dir",
+                                        (dir / "data").string(),
+                                        "--epochs",
+                                        "1",
+                                        "--batch-size",
+                                        "4",
+                                        "--out",
+                                        (dir / "out").string(),
+                                        "--threads",
+                                        "1",
+                                        "--precision",
+                                        "bf16"};
+    // Below avx512 no processor runs the AMX tiles: the note must be there, whatever this
+    // machine has. sse2 is a level every x86-64 processor has, so the cap is what is in use.
+    const run_result capped = test_support::run_program(args, dir.path, {{"XGRAD_SIMD", "sse2"}});
+    check_run(capped, 0, {"cpu kernels: simd sse2", "note: bfloat16 here is storage, not arithmetic"});
+    const run_result bogus = test_support::run_program(args, dir.path, {{"XGRAD_SIMD", "avx1024"}});
+    check_run(bogus, 0, {"XGRAD_SIMD=avx1024 is not one of avx512, avx2 (avx2_fma), sse2, scalar, dispatch: ignored"});
+    // float32 runs never print it.
+    std::vector<std::string> f32 = args;
+    f32.back() = "f32";
+    const run_result plain = test_support::run_program(f32, dir.path, {{"XGRAD_SIMD", "sse2"}});
+    check_run(plain, 0, {"cpu kernels: simd sse2"});
+    CHECK_MESSAGE(plain.output.find("bfloat16 here is storage") == std::string::npos, plain.output);
+}
+
 TEST_CASE("examples: the end of a run, --init-from, and evaluate on a checkpoint without metadata")
 {
     scratch_folder dir;
