@@ -60,7 +60,9 @@ namespace torch_golden
         for (std::size_t i = 0; i < w.size(); ++i)
         {
             scale = std::max(scale, std::abs(w[i]));
-            err = std::max(err, std::isnan(g[i]) != std::isnan(w[i]) ? HUGE_VAL : std::isnan(w[i]) ? 0.0 : std::abs(g[i] - w[i]));
+            err = std::max(err, std::isnan(g[i]) != std::isnan(w[i]) ? HUGE_VAL
+                                : std::isnan(w[i])                   ? 0.0
+                                                                     : std::abs(g[i] - w[i]));
         }
         CHECK_MESSAGE(err <= tol * scale, "max |xgrad - torch| = " << err << " > " << tol << " * " << scale);
     }
