@@ -19,6 +19,7 @@
 #include "../detail.hpp"
 #include "core/src/profiler/record.hpp"
 #include "loss_internal.hpp"
+#include "xgrad/checked.hpp"
 #include "xgrad/errors.hpp"
 #include "xgrad/factories.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -218,14 +219,15 @@ namespace xgrad
             shape_type per_sample() const { return spatial ? shape_type{n, s} : shape_type{n}; }
         };
 
-        class_layout layout_of(const tensor& input)
+        class_layout layout_of(const tensor& input, const char* op)
         {
             const shape_type& sh = input.shape();
             if (sh.size() == 1)
                 return {1, sh[0], 1, false};
+            // Checked: with a 0 extent elsewhere, numel is 0 whatever this product is.
             std::int64_t s = 1;
             for (std::size_t d = 2; d < sh.size(); ++d)
-                s *= sh[d]; // a factor of numel, which fits
+                s = checked_mul(s, sh[d], op);
             return {sh[0], sh[1], s, sh.size() > 2};
         }
 
@@ -294,7 +296,7 @@ namespace xgrad
         const class_args a{options.red, options.weight, options.ignore_index, 0.0};
         check_class_args(input, a, "nll_loss");
         check_label_target(input, target, "nll_loss");
-        const class_layout l = layout_of(input);
+        const class_layout l = layout_of(input, "nll_loss");
         return class_index_loss(l.view(input), target, l, a, "nll_loss");
     }
 
@@ -317,7 +319,7 @@ namespace xgrad
             detail::check_input_target(input, target, op);
         else
             check_label_target(input, target, op);
-        const class_layout l = layout_of(input);
+        const class_layout l = layout_of(input, op);
         const tensor logp = log_softmax(l.view(input), 1);
         return probabilities ? probability_loss(logp, input, target, l, a) : class_index_loss(logp, target, l, a, op);
     }

@@ -33,8 +33,8 @@ namespace xgrad
             case reduction::batchmean:
                 if (allow_batchmean)
                     return;
-                throw xgrad::invalid_argument(std::string(op) +
-                                              ": reduction batchmean is defined for kl_div only (use mean, sum or none)");
+                throw xgrad::invalid_argument(
+                    std::string(op) + ": reduction batchmean is defined for kl_div only (use mean, sum or none)");
             }
             throw xgrad::invalid_argument(std::string(op) + ": unknown reduction " +
                                           std::to_string(static_cast<int>(red)));
@@ -54,8 +54,9 @@ namespace xgrad
             check_floating(input, op);
             check_defined(target, op);
             if (target.dtype() != input.dtype())
-                throw xgrad::invalid_argument(std::string(op) + ": target of dtype " + std::string(name(target.dtype())) +
-                                              " does not match input of dtype " + std::string(name(input.dtype())));
+                throw xgrad::invalid_argument(std::string(op) + ": target of dtype " +
+                                              std::string(name(target.dtype())) + " does not match input of dtype " +
+                                              std::string(name(input.dtype())));
             if (target.device() != input.device())
                 throw xgrad::invalid_argument(std::string(op) + ": target on " + to_string(target.device()) +
                                               " but input on " + to_string(input.device()));
@@ -92,9 +93,9 @@ namespace xgrad
             const std::vector<double> w = to_vector(weight);
             for (std::size_t i = 0; i < w.size(); ++i)
                 if (!(std::isfinite(w[i]) && w[i] >= 0.0))
-                    throw xgrad::invalid_argument(
-                        std::string(op) + ": " + what + " must be finite and >= 0, got " + std::to_string(w[i]) +
-                        " at position " + position_string(static_cast<std::int64_t>(i), weight.shape()));
+                    throw xgrad::invalid_argument(std::string(op) + ": " + what + " must be finite and >= 0, got " +
+                                                  std::to_string(w[i]) + " at position " +
+                                                  position_string(static_cast<std::int64_t>(i), weight.shape()));
         }
 
         void check_broadcast_weight(const tensor& weight, const tensor& input, const char* what, const char* op)
@@ -217,10 +218,11 @@ namespace xgrad
             const std::vector<double> v = to_vector(p);
             for (std::size_t i = 0; i < v.size(); ++i)
                 if (!(v[i] >= 0.0 && v[i] <= 1.0))
-                    throw xgrad::invalid_argument(
-                        std::string(op) + ": input " + std::to_string(v[i]) + " at position " +
-                        detail::position_string(static_cast<std::int64_t>(i), p.shape()) +
-                        " is outside [0, 1] (input holds probabilities; binary_cross_entropy_with_logits takes logits)");
+                    throw xgrad::invalid_argument(std::string(op) + ": input " + std::to_string(v[i]) +
+                                                  " at position " +
+                                                  detail::position_string(static_cast<std::int64_t>(i), p.shape()) +
+                                                  " is outside [0, 1] (input holds probabilities; "
+                                                  "binary_cross_entropy_with_logits takes logits)");
         }
     }
 
@@ -273,11 +275,11 @@ namespace xgrad
         // computed without overflow for any |x| (xgrad/ops/activation.hpp); pos_weight scales
         // the positive term: (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x).
         const tensor negative_log_sigmoid = softplus(neg(input));
-        const tensor positive = pos_weight.defined()
-                                    ? mul(add(mul(sub(pos_weight, scalar_like(pos_weight, 1.0)), target),
-                                              scalar_like(target, 1.0)),
-                                          negative_log_sigmoid)
-                                    : negative_log_sigmoid;
+        const tensor positive =
+            pos_weight.defined()
+                ? mul(add(mul(sub(pos_weight, scalar_like(pos_weight, 1.0)), target), scalar_like(target, 1.0)),
+                      negative_log_sigmoid)
+                : negative_log_sigmoid;
         const tensor per_element = add(mul(sub(scalar_like(target, 1.0), target), input), positive);
         return detail::reduce_loss(weight.defined() ? mul(per_element, weight) : per_element, red);
     }

@@ -68,10 +68,13 @@ TEST_CASE("class losses: errors name the loss, the shapes and the first bad labe
     CHECK_ERROR(nll_loss(zeros({2, 4, 3}, dtype::float64), zeros({2, 4}, dtype::int64)), std::invalid_argument,
                 "expected [2, 3]");
     CHECK_ERROR(nll_loss(zeros({}, dtype::float64), zeros({}, dtype::int64)), std::invalid_argument, "0-d");
-    CHECK_ERROR(nll_loss(zeros({3, 0}, dtype::float64), zeros({3}, dtype::int64)), std::invalid_argument,
-                "no classes");
+    CHECK_ERROR(nll_loss(zeros({3, 0}, dtype::float64), zeros({3}, dtype::int64)), std::invalid_argument, "no classes");
     CHECK_ERROR(nll_loss(zeros({3, 4}, dtype::int64), zeros({3}, dtype::int64)), std::invalid_argument, "nll_loss",
                 "int64");
+    // An empty input whose other extents multiply past int64 (numel is 0 whatever they are).
+    const std::int64_t huge = std::int64_t(1) << 40;
+    CHECK_ERROR(cross_entropy(zeros({0, 2, huge, huge}, dtype::float64), zeros({0, huge, huge}, dtype::int64)),
+                std::invalid_argument, "cross_entropy", "overflows");
 
     // The first bad label in row-major order, past ignored ones, with its position.
     CHECK_ERROR(nll_loss(x, i64({0, -100, 7}, {3})), std::invalid_argument, "nll_loss: label 7 at position 2",
@@ -90,8 +93,8 @@ TEST_CASE("class losses: errors name the loss, the shapes and the first bad labe
     CHECK_ERROR(nll_loss(x, i64({0, 1, 2}, {3}), o), std::invalid_argument, "weight of dtype float32",
                 "input of dtype float64");
     o.weight = f64({1, 0, -1, 2}, {4});
-    CHECK_ERROR(nll_loss(x, i64({0, 1, 2}, {3}), o), std::invalid_argument, "weight must be finite and >= 0",
-                "-1.0", "position 2");
+    CHECK_ERROR(nll_loss(x, i64({0, 1, 2}, {3}), o), std::invalid_argument, "weight must be finite and >= 0", "-1.0",
+                "position 2");
     o.weight = f64({1, std::nan(""), 1, 2}, {4});
     CHECK_ERROR(nll_loss(x, i64({0, 1, 2}, {3}), o), std::invalid_argument, "nan", "position 1");
 
@@ -147,16 +150,16 @@ TEST_CASE("elementwise losses: errors name the loss and the bad value")
     CHECK_ERROR(huber_loss(a, a, reduction::mean, 0.0), std::invalid_argument, "delta must be positive");
 
     const tensor p = f64({0.5, 1.5, -0.5, 0.25}, {2, 2});
-    CHECK_ERROR(binary_cross_entropy(p, a), std::invalid_argument, "binary_cross_entropy: input 1.5",
-                "position [0, 1]", "outside [0, 1]", "binary_cross_entropy_with_logits");
-    CHECK_ERROR(binary_cross_entropy(f64({0.5, std::nan("")}, {2}), f64({0, 1}, {2})), std::invalid_argument,
-                "nan", "position 1");
+    CHECK_ERROR(binary_cross_entropy(p, a), std::invalid_argument, "binary_cross_entropy: input 1.5", "position [0, 1]",
+                "outside [0, 1]", "binary_cross_entropy_with_logits");
+    CHECK_ERROR(binary_cross_entropy(f64({0.5, std::nan("")}, {2}), f64({0, 1}, {2})), std::invalid_argument, "nan",
+                "position 1");
     CHECK_ERROR(binary_cross_entropy(a, a, reduction::mean, f64({1, 1, 1}, {3})), std::invalid_argument,
                 "weight of shape [3] does not broadcast to input of shape [2, 2]");
     CHECK_ERROR(binary_cross_entropy_with_logits(a, a, reduction::mean, {}, f64({1, -2}, {2})), std::invalid_argument,
                 "pos_weight must be finite and >= 0", "position 1");
-    CHECK_ERROR(binary_cross_entropy_with_logits(a, a, reduction::mean, f64({1, 1}, {2, 1, 1})),
-                std::invalid_argument, "does not broadcast");
+    CHECK_ERROR(binary_cross_entropy_with_logits(a, a, reduction::mean, f64({1, 1}, {2, 1, 1})), std::invalid_argument,
+                "does not broadcast");
 }
 
 TEST_CASE("elementwise losses: float32 extremes stay finite")

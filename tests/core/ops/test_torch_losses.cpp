@@ -76,10 +76,10 @@ namespace
                  return binary_cross_entropy_with_logits(x, t, reduction_of(c.at("options")),
                                                          optional_input(c, "weight"), optional_input(c, "pos_weight"));
              }},
-            {"mse_loss",
-             [](const tensor& x, const tensor& t, const json& c) { return mse_loss(x, t, reduction_of(c.at("options"))); }},
-            {"l1_loss",
-             [](const tensor& x, const tensor& t, const json& c) { return l1_loss(x, t, reduction_of(c.at("options"))); }},
+            {"mse_loss", [](const tensor& x, const tensor& t,
+                            const json& c) { return mse_loss(x, t, reduction_of(c.at("options"))); }},
+            {"l1_loss", [](const tensor& x, const tensor& t,
+                           const json& c) { return l1_loss(x, t, reduction_of(c.at("options"))); }},
             {"smooth_l1_loss",
              [](const tensor& x, const tensor& t, const json& c) {
                  return smooth_l1_loss(x, t, reduction_of(c.at("options")), c.at("options").at("beta"));
