@@ -83,7 +83,7 @@ TEST_CASE("labels, losses and the gradient checker")
     CHECK_ERROR(cross_entropy(logits, full({3}, 4, dtype::int64)), std::invalid_argument, "label 4", "position 0",
                 "[0, 4)");
     CHECK_ERROR(cross_entropy(logits, full({3}, -1, dtype::int64)), std::invalid_argument, "label -1");
-    CHECK_ERROR(cross_entropy(logits, zeros({3}, dtype::int64), reduction::mean, 1.0), std::invalid_argument,
+    CHECK_ERROR(cross_entropy(logits, zeros({3}, dtype::int64), reduction::mean, 1.5), std::invalid_argument,
                 "label_smoothing");
     CHECK_ERROR(one_hot(zeros({2, 2}, dtype::int64), 3), std::invalid_argument, "1-D", "[2, 2]");
     CHECK_ERROR(log_softmax(logits, 2), std::invalid_argument, "dimension 2");

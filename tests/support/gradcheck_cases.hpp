@@ -186,6 +186,55 @@ namespace gradcheck_cases
         };
     }
 
+    // The losses' constants (their rows are together in the table below).
+    inline const tensor labels_ignored = [] {
+        const std::int64_t l[5] = {2, -100, 1, 0, 2};
+        return from_host(l, {5}, dtype::int64);
+    }();
+    /// Labels of a [2, 3, 2, 3] input (3 classes), class 1 among them (ignored by the rows
+    /// whose ignore_index is 1).
+    inline const tensor labels_spatial = [] {
+        const std::int64_t l[12] = {0, 1, 2, 2, 0, 1, 1, 2, 0, 0, 2, 1};
+        return from_host(l, {2, 2, 3}, dtype::int64);
+    }();
+    inline const double loss_weights[4] = {0.5, 1.5, 1.0, 2.0};
+    inline const tensor class_weights = from_host(loss_weights, {3}, dtype::float64);
+    inline const tensor column_weights = from_host(loss_weights, {4}, dtype::float64);
+
+    inline nll_loss_options nll_options(reduction red, const tensor& weight, std::int64_t ignore_index)
+    {
+        nll_loss_options o;
+        o.red = red;
+        o.weight = weight;
+        o.ignore_index = ignore_index;
+        return o;
+    }
+
+    inline cross_entropy_options ce_options(reduction red, const tensor& weight, std::int64_t ignore_index,
+                                            double label_smoothing)
+    {
+        cross_entropy_options o;
+        o.red = red;
+        o.weight = weight;
+        o.ignore_index = ignore_index;
+        o.label_smoothing = label_smoothing;
+        return o;
+    }
+
+    /// Accepts inputs whose elementwise distances |a[0] - a[1]| lie at least 0.05 from each of
+    /// `seams` (a piecewise loss's), far beyond the finite-difference steps.
+    inline std::function<bool(const args&)> differences_away_from(std::vector<double> seams)
+    {
+        return [seams](const args& a) {
+            const std::vector<double> x = to_vector(a[0]), y = to_vector(a[1]);
+            for (std::size_t i = 0; i < x.size(); ++i)
+                for (double s : seams)
+                    if (std::abs(std::abs(x[i] - y[i]) - s) < 0.05)
+                        return false;
+            return true;
+        };
+    }
+
 #define F(expr)                                                                                                        \
     [](const args& x) {                                                                                                \
         (void)x;                                                                                                       \
@@ -251,9 +300,32 @@ namespace gradcheck_cases
         {"instance_norm (no affine)", {{2, 3, 4}},      domain::any,      F(instance_norm(x[0], {}, {}, 1e-3))},
         {"log_softmax",        {{3, 4}},                domain::any,      F(log_softmax(x[0], 1))},
         {"softmax",            {{3, 4}},                domain::any,      F(softmax(x[0], 0))},
+        // Losses (xgrad/ops/loss.hpp): every loss and option; the piecewise ones drawn away
+        // from their seams (differences_away_from).
         {"cross_entropy",      {{4, 3}},                domain::any,      F(cross_entropy(x[0], on(x, labels)))},
         {"cross_entropy (smoothing, sum)", {{4, 3}},    domain::any,      F(cross_entropy(x[0], on(x, labels), reduction::sum, 0.1))},
+        {"cross_entropy (weight as input, ignored label, smoothing, mean)", {{5, 3}, {3}}, domain::positive,
+         F(cross_entropy(x[0], on(x, labels_ignored), ce_options(reduction::mean, x[1], -100, 0.2)))},
+        {"cross_entropy (K-dim, weight, ignore_index a class, smoothing, sum)", {{2, 3, 2, 3}}, domain::any,
+         F(cross_entropy(x[0], on(x, labels_spatial), ce_options(reduction::sum, on(x, class_weights), 1, 0.3)))},
+        {"cross_entropy (probabilities, weight, smoothing, none)", {{4, 3}, {4, 3}}, domain::any,
+         F(cross_entropy(x[0], softmax(x[1], 1), ce_options(reduction::none, on(x, class_weights), -100, 0.1)))},
+        {"cross_entropy (one sample)", {{3}},           domain::any,      F(cross_entropy(x[0], on(x, labels.slice(0, 0, 1).reshape({}))))},
+        {"nll_loss (weight as input, ignored label, mean)", {{5, 3}, {3}}, domain::positive,
+         F(nll_loss(x[0], on(x, labels_ignored), nll_options(reduction::mean, x[1], -100)))},
+        {"nll_loss (K-dim, ignore_index a class, none)", {{2, 3, 2, 3}}, domain::any,
+         F(nll_loss(x[0], on(x, labels_spatial), nll_options(reduction::none, {}, 1)))},
+        {"binary_cross_entropy (weight, mean)", {{3, 4}, {3, 4}}, domain::any,
+         F(binary_cross_entropy(sigmoid(x[0]), sigmoid(x[1]), reduction::mean, on(x, column_weights)))},
+        {"binary_cross_entropy_with_logits (weight, pos_weight, sum)", {{3, 4}, {3, 4}}, domain::any,
+         F(binary_cross_entropy_with_logits(x[0], sigmoid(x[1]), reduction::sum, on(x, column_weights), on(x, column_weights) * 2.0))},
         {"mse_loss",           {{3, 4}, {3, 4}},        domain::any,      F(mse_loss(x[0], x[1]))},
+        {"l1_loss (sum)",      {{3, 4}, {3, 4}},        domain::any,      F(l1_loss(x[0], x[1], reduction::sum)), differences_away_from({0.0})},
+        {"smooth_l1_loss (beta 0.5)", {{3, 4}, {3, 4}}, domain::any,      F(smooth_l1_loss(x[0], x[1], reduction::mean, 0.5)), differences_away_from({0.5})},
+        {"smooth_l1_loss (beta 0, none)", {{3, 4}, {3, 4}}, domain::any,  F(smooth_l1_loss(x[0], x[1], reduction::none, 0.0)), differences_away_from({0.0})},
+        {"huber_loss (delta 0.7, none)", {{3, 4}, {3, 4}}, domain::any,   F(huber_loss(x[0], x[1], reduction::none, 0.7)), differences_away_from({0.7})},
+        {"kl_div (batchmean)", {{3, 4}, {3, 4}},        domain::positive, F(kl_div(x[0], x[1], reduction::batchmean))},
+        {"kl_div (log_target, none)", {{3, 4}, {3, 4}}, domain::any,      F(kl_div(x[0], x[1], reduction::none, true))},
         {"take",               {{3, 4}},                domain::any,      F(square(take(x[0], on(x, positions))))},
         {"put_add",            {{2, 3}},                domain::any,      F(square(put_add(x[0], on(x, positions.slice(0, 0, 2)), {3, 4})))},
         {"unfold2d",           {{2, 2, 5, 4}},          domain::any,      F(square(unfold2d(x[0], window2d{{3, 2}, {2, 1}, {1, 1}, {1, 2}}, "NCHW", 0.5)))},
