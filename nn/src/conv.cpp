@@ -3,6 +3,7 @@
 #include "xgrad/nn/conv.hpp"
 
 #include <algorithm>
+#include <array>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -74,6 +75,30 @@ namespace xgrad::nn
         }
     }
 
+    namespace
+    {
+        /// The window fields both convolution ops take, from the layer's options.
+        template <class Params>
+        Params window_params(const conv2d_options& o)
+        {
+            Params p;
+            p.stride = o.stride;
+            p.padding = o.padding;
+            p.dilation = o.dilation;
+            p.groups = o.groups;
+            return p;
+        }
+
+        /// x, weight and bias (undefined without one) checked and cast to the compute dtype.
+        std::array<tensor, 3> operands(const module& m, const tensor& x, const conv2d_options& o)
+        {
+            check_image_input(m, x, o.data_format, o.in_channels);
+            const auto& cdt = o.compute_dtype;
+            return {in_compute_dtype(x, cdt), in_compute_dtype(m.parameter("weight"), cdt),
+                    o.bias ? in_compute_dtype(m.parameter("bias"), cdt) : tensor()};
+        }
+    }
+
     conv2d::conv2d(const options_type& options, generator& gen) : m_options(options)
     {
         const auto& o = m_options;
@@ -95,16 +120,8 @@ namespace xgrad::nn
 
     tensor conv2d::forward(const tensor& x)
     {
-        check_image_input(*this, x, m_options.data_format, m_options.in_channels);
-        conv2d_params p;
-        p.stride = m_options.stride;
-        p.padding = m_options.padding;
-        p.dilation = m_options.dilation;
-        p.groups = m_options.groups;
-        const auto& cdt = m_options.compute_dtype;
-        return xgrad::conv2d(in_compute_dtype(x, cdt), in_compute_dtype(parameter("weight"), cdt),
-                             m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor(), p,
-                             m_options.data_format);
+        const auto [in, w, b] = operands(*this, x, m_options);
+        return xgrad::conv2d(in, w, b, window_params<conv2d_params>(m_options), m_options.data_format);
     }
 
     std::string conv2d::describe() const { return describe_conv("conv2d", m_options, ""); }
@@ -134,17 +151,10 @@ namespace xgrad::nn
 
     tensor conv_transpose2d::forward(const tensor& x)
     {
-        check_image_input(*this, x, m_options.data_format, m_options.in_channels);
-        conv_transpose2d_params p;
-        p.stride = m_options.stride;
-        p.padding = m_options.padding;
+        const auto [in, w, b] = operands(*this, x, m_options);
+        auto p = window_params<conv_transpose2d_params>(m_options);
         p.output_padding = m_options.output_padding;
-        p.dilation = m_options.dilation;
-        p.groups = m_options.groups;
-        const auto& cdt = m_options.compute_dtype;
-        return xgrad::conv_transpose2d(in_compute_dtype(x, cdt), in_compute_dtype(parameter("weight"), cdt),
-                                       m_options.bias ? in_compute_dtype(parameter("bias"), cdt) : tensor(), p,
-                                       m_options.data_format);
+        return xgrad::conv_transpose2d(in, w, b, p, m_options.data_format);
     }
 
     std::string conv_transpose2d::describe() const
