@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace image_test
@@ -58,10 +59,18 @@ namespace image_test
         return ok;
     }
 
+    enum class progression
+    {
+        baseline,
+        simple,    // libjpeg's default progressive script (about ten scans)
+        many_scans // a valid script of a scan per band, component and bit: 1 + components * 63 * 3
+    };
+
     /// A JPEG file of interleaved 8-bit samples: components 1 (gray), 3 (RGB) or 4 (CMYK),
     /// at `quality`, without chroma subsampling. Returns false if libjpeg fails.
     inline bool write_jpeg(const std::filesystem::path& path, int width, int height, int components,
-                           const std::vector<unsigned char>& samples, int quality = 100)
+                           const std::vector<unsigned char>& samples, int quality = 100,
+                           progression scans = progression::baseline)
     {
         struct failure
         {
@@ -76,6 +85,18 @@ namespace image_test
         info.err = jpeg_std_error(&err.manager);
         err.manager.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<failure*>(c->err)->jump, 1); };
         bool ok = false;
+        std::vector<jpeg_scan_info> script;
+        if (scans == progression::many_scans)
+        {
+            // The DC coefficients of every component at once, then each AC coefficient of each
+            // component alone: its top bits from bit 2, then bits 1 and 0 as refinements.
+            jpeg_scan_info dc{components, {0, 1, 2, 3}, 0, 0, 0, 0};
+            script.push_back(dc);
+            for (int c = 0; c < components; ++c)
+                for (int k = 1; k < 64; ++k)
+                    for (const auto& [ah, al] : {std::pair<int, int>{0, 2}, {2, 1}, {1, 0}})
+                        script.push_back(jpeg_scan_info{1, {c, 0, 0, 0}, k, k, ah, al});
+        }
         if (setjmp(err.jump) == 0)
         {
             jpeg_create_compress(&info);
@@ -88,6 +109,13 @@ namespace image_test
             jpeg_set_quality(&info, quality, TRUE);
             for (int c = 0; c < info.num_components; ++c)
                 info.comp_info[c].h_samp_factor = info.comp_info[c].v_samp_factor = 1;
+            if (scans == progression::simple)
+                jpeg_simple_progression(&info);
+            if (scans == progression::many_scans)
+            {
+                info.scan_info = script.data();
+                info.num_scans = static_cast<int>(script.size());
+            }
             jpeg_start_compress(&info, TRUE);
             while (info.next_scanline < info.image_height)
             {

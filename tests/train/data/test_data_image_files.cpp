@@ -188,6 +188,9 @@ TEST_CASE("read_image: JPEG files within the codec's bound")
     const auto rgb = block_image({{250, 30, 90}, {12, 180, 240}});
     REQUIRE(write_jpeg(dir / "rgb.jpeg", w, h, 3, bytes_of(rgb)));
     check_close(values(read_image(dir / "rgb.jpeg")), expected(rgb, 3, 255.0, 3), 2.0);
+    // Progressive: the same coefficients in several scans, so the same bound.
+    REQUIRE(write_jpeg(dir / "progressive.jpg", w, h, 3, bytes_of(rgb), 100, image_test::progression::simple));
+    check_close(values(read_image(dir / "progressive.jpg")), expected(rgb, 3, 255.0, 3), 2.0);
     // Gray from RGB: the luma of values each within 2 levels is within 2 levels.
     image_options one;
     one.channels = 1;
@@ -238,6 +241,9 @@ TEST_CASE("read_image: a truncated, corrupt, empty or non-image file is an error
     const std::string cut_jpg = (dir / "cut.jpg").string();
     // libjpeg's own warning, which it would have answered with gray pixels.
     CHECK_ERROR(read_image(cut_jpg), data_error, cut_jpg.c_str(), ": JPEG: ", "Premature end of JPEG file");
+    // A valid progressive file of 568 scans, each a pass over the image: refused past 500.
+    REQUIRE(write_jpeg(dir / "scans.jpg", w, h, 3, bytes_of(noise), 90, image_test::progression::many_scans));
+    CHECK_ERROR(read_image(dir / "scans.jpg"), data_error, "scans.jpg: JPEG: more than 500 scans");
     image_test::write_prefix(dir / "good.jpg", dir / "header.jpg", 4);
     CHECK_ERROR(read_image(dir / "header.jpg"), data_error, "header.jpg: JPEG: ");
 

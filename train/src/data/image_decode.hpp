@@ -51,7 +51,8 @@ namespace xgrad::data::detail
     /// Decodes a baseline or progressive JPEG to gray (a one-component file) or RGB (any
     /// other; CMYK and YCCK files converted as PIL converts them, taking their samples as
     /// Adobe's inverted CMYK). libjpeg's warnings (corrupt data, a premature end) are failures,
-    /// as PIL refuses a truncated JPEG. Errors as decode_png.
+    /// as PIL refuses a truncated JPEG; so is a progressive file of more than 500 scans (built to
+    /// be slow). Errors as decode_png.
     bool decode_jpeg(const unsigned char* data, std::size_t size, std::int64_t max_pixels, decoded_image& out,
                      decode_failure& failure);
 

@@ -40,14 +40,33 @@ namespace xgrad::data::detail
                 on_error(info);
         }
 
+        /// At most this many scans: a progressive file may hold thousands of tiny scans, each a
+        /// pass over the whole image's coefficients, so a small file could take minutes; real
+        /// files have about ten (libjpeg-turbo's own tools suggest a limit of this order).
+        constexpr int max_scans = 500;
+
+        /// progress_monitor: refuses a file past max_scans, as a failure.
+        void on_progress(j_common_ptr info)
+        {
+            const auto* d = reinterpret_cast<j_decompress_ptr>(info);
+            if (d->input_scan_number > max_scans)
+            {
+                auto* failure = reinterpret_cast<jpeg_failure*>(info->err);
+                std::snprintf(failure->message, sizeof failure->message,
+                              "more than %d scans (a progressive file built to be slow)", max_scans);
+                std::longjmp(failure->jump, 1);
+            }
+        }
+
         /// Starts the decompressor, reads the header and chooses the output colour space; false
         /// on an error. setjmp's frame: nothing here has a destructor.
-        bool read_header(jpeg_decompress_struct& info, jpeg_failure& failure, const unsigned char* data,
-                         std::size_t size)
+        bool read_header(jpeg_decompress_struct& info, jpeg_failure& failure, jpeg_progress_mgr& progress,
+                         const unsigned char* data, std::size_t size)
         {
             if (setjmp(failure.jump))
                 return false;
             jpeg_create_decompress(&info);
+            info.progress = &progress;
             jpeg_mem_src(&info, data, static_cast<unsigned long>(size));
             jpeg_read_header(&info, TRUE);
             switch (info.jpeg_color_space)
@@ -83,6 +102,7 @@ namespace xgrad::data::detail
         {
             jpeg_decompress_struct info;
             jpeg_failure failure;
+            jpeg_progress_mgr progress;
             ~jpeg_state() { jpeg_destroy_decompress(&info); }
         };
 
@@ -118,7 +138,9 @@ namespace xgrad::data::detail
         state.failure.manager.error_exit = on_error;
         state.failure.manager.emit_message = on_message;
         state.failure.message[0] = '\0';
-        if (!read_header(state.info, state.failure, data, size))
+        state.progress = {};
+        state.progress.progress_monitor = on_progress;
+        if (!read_header(state.info, state.failure, state.progress, data, size))
         {
             failure.what = std::string("JPEG: ") + state.failure.message;
             return false;

@@ -19,8 +19,9 @@
 // Errors: data_error whose message starts with the file's path, then the problem: a file
 // that cannot be read, neither PNG nor JPEG ("not a PNG or JPEG image"), or that the decoder
 // rejects, with the decoder's message (a truncated file, a bad CRC, corrupt JPEG data: libjpeg's
-// warnings count as errors, as PIL refuses a truncated JPEG), or an image of more than
-// max_pixels pixels (checked before anything is allocated for its pixels).
+// warnings count as errors, as PIL refuses a truncated JPEG; a progressive JPEG of more than
+// 500 scans is refused as built to be slow), or an image of more than max_pixels pixels
+// (checked before anything is allocated for its pixels).
 #include <cstdint>
 #include <filesystem>
 #include <string>
