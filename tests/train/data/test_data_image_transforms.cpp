@@ -197,8 +197,9 @@ TEST_CASE("resize: bilinear on pixel centres, with and without antialias")
     // Every output size against the two-dimensional formula, up and down, two channels.
     const std::int64_t c = 2, h = 5, w = 7;
     const auto v = ramp(c * h * w);
-    for (const auto& [oh, ow] : std::vector<std::array<std::int64_t, 2>>{{9, 11}, {3, 4}, {5, 2}, {1, 1}, {8, 3}})
+    for (const auto& size : std::vector<std::array<std::int64_t, 2>>{{9, 11}, {3, 4}, {5, 2}, {1, 1}, {8, 3}})
     {
+        const std::int64_t oh = size[0], ow = size[1]; // named: CAPTURE cannot take a structured binding
         CAPTURE(oh);
         CAPTURE(ow);
         const tensor out = resize(oh, ow, false)(image(c, h, w, v), gen);
