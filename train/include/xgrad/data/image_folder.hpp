@@ -4,9 +4,9 @@
 // Debian's libpng and libjpeg-turbo, train/src/data/image_png.cpp and image_jpeg.cpp).
 //
 // An image is a float32 [C, H, W] CPU tensor with values in [0, 1]: each sample divided by
-// its maximum (255, or 65535 for a 16-bit PNG, whose precision is kept where PIL would drop
-// it to 8 bits). C is image_options::channels, whatever the file holds, converted as PIL's
-// Image.convert does:
+// its maximum, 255, or 65535 for a 16-bit PNG, whose 16 bits are kept (PIL keeps the top 8 of
+// 16-bit RGB, and its conversion of 16-bit gray to RGB clips at 255 rather than scaling). C is
+// image_options::channels, whatever the file holds, converted as PIL's Image.convert does:
 //   3 (RGB, the default: torchvision's loader converts every image to RGB): gray is copied
 //     to R, G and B; an alpha channel is dropped (not composited);
 //   1 (gray): RGB becomes its ITU-R 601-2 luma 0.299 R + 0.587 G + 0.114 B (PIL's "L",
