@@ -81,12 +81,12 @@ step "Checking Debian packages"
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "dpkg-query not found (not a Debian-based system?): skipping the package check."
   echo "Needed: CMake >= 3.20, a C++17 compiler, ninja or make, xtensor, xtl, xsimd, doctest,"
-  echo "zlib, OpenBLAS, nlohmann-json, pkg-config, optionally Open MPI, and the Fashion-MNIST files (IDX, gzip) in"
+  echo "zlib, libpng, libjpeg(-turbo), OpenBLAS, nlohmann-json, pkg-config, optionally Open MPI, and the Fashion-MNIST files (IDX, gzip) in"
   echo "/usr/share/datasets/fashion-mnist or a folder given to the example with --data-dir."
   echo "The test mode also needs clang-format (version 14), and clang 14 with its sanitizer runtimes and OpenMP."
 else
   packages=(cmake g++ ninja-build libxtensor-dev xtl-dev libxsimd-dev doctest-dev zlib1g-dev libopenblas-dev
-            nlohmann-json3-dev pkg-config dataset-fashion-mnist
+            nlohmann-json3-dev libpng-dev libjpeg-dev pkg-config dataset-fashion-mnist
             # MPI for data-parallel training (xgrad::distributed, mpirun): library and launcher.
             libopenmpi-dev openmpi-bin)
   # Thrust and CUB for the CUDA backend's OpenMP test build, when no CUDA toolkit brings them.

@@ -57,3 +57,21 @@ write("conv_pool", "unfold2d_empty_batch_huge_kernel", conv_request(1, 0, (232, 
 # kernel): an empty [0, 1, 1, 1] result.
 write("conv_pool", "avg_pool2d_empty_batch_huge_kernel", conv_request(5, 0, (232, 232), (0, 0), (240, 240), (0, 0), b"\x00\x00"))
 print("crafted regressions written under", root)
+
+# image (selector 1: three channels): headers announcing far more pixels than the target's
+# max_pixels (2^18), which libpng and libjpeg accept as headers; a decoder that allocates the
+# pixels before checking their count asks for terabytes.
+import zlib
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+ihdr = struct.pack(">IIBBBBB", 1000000, 1000000, 8, 2, 0, 0, 0)  # libpng's default limit per side
+png = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", zlib.compress(b"\x00")) + png_chunk(b"IEND", b"")
+write("image", "png_header_1000000_square", b"\x01" + png)
+# A progressive JPEG's frame header (SOF2) of 65500 x 65500, three components, then a DC scan.
+sof = b"\xff\xc2" + struct.pack(">HBHHB", 17, 8, 65500, 65500, 3) + b"\x01\x11\x00\x02\x11\x00\x03\x11\x00"
+sos = b"\xff\xda" + struct.pack(">HB", 12, 3) + b"\x01\x00\x02\x00\x03\x00" + b"\x00\x00\x00"
+write("image", "jpeg_progressive_65500_square", b"\x01" + b"\xff\xd8" + sof + sos + b"\x00" * 16 + b"\xff\xd9")

@@ -10,6 +10,8 @@
 //     checkpoints from save_checkpoint of the target's model, without and with optimizer state.
 //   idx: real IDX files from write_idx (ranks 1 and 3, plain and gzip), in the target's four
 //     modes.
+//   image: small PNG files of each colour type and depth (palette, 16-bit, interlaced) and
+//     JPEG files (gray, RGB, CMYK), written by libpng and libjpeg, for each channel count.
 #include <zlib.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/train/data/image_test_helpers.hpp"
 #include "xgrad/autograd.hpp"
 #include "xgrad/data/idx.hpp"
 #include "xgrad/factories.hpp"
@@ -177,6 +180,47 @@ namespace
         fs::remove(images);
         fs::remove(labels);
     }
+
+    void image_seeds(const fs::path& dir, const fs::path& tmp)
+    {
+        const fs::path file = tmp / "seed-image";
+        std::vector<unsigned char> samples(4 * 3 * 4 * 2);
+        for (std::size_t i = 0; i < samples.size(); ++i)
+            samples[i] = static_cast<unsigned char>(i * 29);
+        struct png_kind
+        {
+            const char* name;
+            int color_type, depth, channels;
+            bool interlaced;
+        };
+        const std::vector<png_color> palette{{10, 20, 30}, {200, 100, 0}, {255, 255, 255}};
+        const std::vector<unsigned char> indices{0, 1, 2, 1, 0, 2, 2, 1, 0, 0, 1, 2};
+        std::uint8_t selector = 0;
+        for (const png_kind k : {png_kind{"png_gray", PNG_COLOR_TYPE_GRAY, 8, 1, false},
+                                 png_kind{"png_gray_alpha", PNG_COLOR_TYPE_GRAY_ALPHA, 8, 2, false},
+                                 png_kind{"png_rgb_interlaced", PNG_COLOR_TYPE_RGB, 8, 3, true},
+                                 png_kind{"png_rgba16", PNG_COLOR_TYPE_RGB_ALPHA, 16, 8, false},
+                                 png_kind{"png_palette", PNG_COLOR_TYPE_PALETTE, 8, 1, false}})
+        {
+            const bool indexed = k.color_type == PNG_COLOR_TYPE_PALETTE;
+            const std::vector<unsigned char> pixels =
+                indexed ? indices : std::vector<unsigned char>(samples.begin(), samples.begin() + 4 * 3 * k.channels);
+            if (!image_test::write_png(
+                    file, 4, 3, k.color_type, k.depth, pixels, indexed ? palette : std::vector<png_color>{},
+                    indexed ? std::vector<unsigned char>{0, 128} : std::vector<unsigned char>{}, k.interlaced))
+                throw std::runtime_error("cannot write a PNG seed");
+            write(dir, k.name, concat(bytes{selector++}, read(file)));
+        }
+        for (const int components : {1, 3, 4})
+        {
+            if (!image_test::write_jpeg(
+                    file, 4, 3, components,
+                    std::vector<unsigned char>(samples.begin(), samples.begin() + 4 * 3 * components), 90))
+                throw std::runtime_error("cannot write a JPEG seed");
+            write(dir, "jpeg_" + std::to_string(components), concat(bytes{selector++}, read(file)));
+        }
+        fs::remove(file);
+    }
 }
 
 int main(int argc, char** argv)
@@ -193,6 +237,7 @@ int main(int argc, char** argv)
     byte_seeds(root / "conv_pool", 7, 3, 96);
     safetensors_seeds(root / "safetensors", tmp);
     idx_seeds(root / "idx", tmp);
+    image_seeds(root / "image", tmp);
     std::printf("seeds written under %s\n", root.c_str());
     return 0;
 }

@@ -281,3 +281,49 @@ TEST_CASE("data_loader with transforms: one generator per example, reproducible,
     // The transformed batch has the data format's layout.
     CHECK(ea[0].images.shape() == shape_type{6, 1, 4, 4});
 }
+
+TEST_CASE("data_loader: an image's transforms run on its pixels before the normalisation, as torchvision's")
+{
+    // torchvision pads the raw image with 0 (black) and normalises afterwards, so a padded
+    // pixel of channel c becomes (0 - mean[c]) / std[c]; padding the normalised image with 0
+    // would give the channel's mean instead.
+    auto ds = std::make_shared<image_dataset>();
+    ds->size = 1;
+    ds->rows = 1;
+    ds->cols = 2;
+    ds->channels = 3;
+    ds->images = {0, 255, 51, 102, 200, 10};
+    ds->labels = {3};
+    loader_options o = options(1);
+    o.dtype = dtype::float64;
+    o.channel_mean = {0.4914, 0.4822, 0.4465};
+    o.channel_std = {0.2470, 0.2435, 0.2616};
+    // A crop of the whole padded 3x4 image: its border is padding, its middle row the image.
+    o.transform = random_crop(3, 4, 1);
+    data_loader loader(ds, o);
+    const auto v = to_vector(run_epoch(loader, 0).at(0).images);
+    REQUIRE(v.size() == 3u * 3u * 4u);
+    for (std::size_t c = 0; c < 3; ++c)
+    {
+        const double m = o.channel_mean[c], s = o.channel_std[c];
+        for (std::size_t p = 0; p < 12; ++p)
+        {
+            CAPTURE(c);
+            CAPTURE(p);
+            const bool inside = p == 5 || p == 6;
+            // float64 throughout: byte / 255, then (x - m) / s, as the formula computes it.
+            const double expected = inside ? (ds->images[c * 2 + (p - 5)] / 255.0 - m) / s : (0.0 - m) / s;
+            CHECK(v[c * 12 + p] == expected);
+        }
+    }
+    // The transform sees [0, 1] pixels: with mean 0 and std 1 an identity list gives byte / 255.
+    o.channel_mean.clear();
+    o.channel_std.clear();
+    o.mean = 0.0;
+    o.std = 1.0;
+    o.transform = compose({});
+    data_loader raw(ds, o);
+    const auto r = to_vector(run_epoch(raw, 0).at(0).images);
+    for (std::size_t i = 0; i < r.size(); ++i)
+        CHECK(r[i] == ds->images[i] / 255.0);
+}

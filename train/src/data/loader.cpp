@@ -117,6 +117,7 @@ namespace xgrad::data
         std::vector<std::vector<double>> m_table_f64;
         std::vector<std::vector<float16_t>> m_table_f16;
         std::vector<std::vector<bfloat16_t>> m_table_bf16;
+        transform m_normalize; // with a transform: the images' normalisation, after it
 
         // Shared with the worker; guarded by m_mutex.
         std::mutex m_mutex;
@@ -138,7 +139,7 @@ namespace xgrad::data
         batch make_batch(const order_type& order, std::int64_t epoch, std::int64_t k) const;
         /// The byte path without a transform: every example straight into the batch.
         void fill_images(batch& out, const order_type& order, std::int64_t first, std::int64_t count) const;
-        /// One example's normalised [C, rows, cols] input, for a transform.
+        /// One example's [C, rows, cols] input as byte / 255, for a transform.
         tensor image_example(std::int64_t example) const;
         /// Examples' inputs (transformed), stacked into the batch in the data format.
         tensor stack(const std::vector<tensor>& inputs, const order_type& order, std::int64_t first) const;
@@ -276,8 +277,9 @@ namespace xgrad::data
             fill_images(out, order, first, count);
             return out;
         }
-        // Example by example: the source's input (or the normalised image), transformed with
-        // the example's own generator, then stacked. No graph is recorded on this thread.
+        // Example by example: the source's input (or the image's byte / 255, normalised after
+        // the transform), transformed with the example's own generator, then stacked. No graph
+        // is recorded on this thread.
         no_grad guard;
         auto* labels = out.labels.data<std::int64_t>();
         std::vector<tensor> inputs;
@@ -301,6 +303,8 @@ namespace xgrad::data
             {
                 generator gen(example_seed(m_options.seed, epoch, example_index));
                 input = m_options.transform(input, gen);
+                if (m_images)
+                    input = m_normalize(input, gen);
             }
             inputs.push_back(std::move(input));
         }
@@ -452,10 +456,17 @@ namespace xgrad::data
         m.m_images = std::move(dataset);
         m.m_options = options;
         m.m_pixels = pixels;
-        // With a transform the examples go through float32 (float64 for float64 batches).
+        // With a transform the examples go through float32 (float64 for float64 batches) as
+        // byte / 255, and are normalised after it: a padding or fill of 0 is then a black pixel.
         const dtype table_dtype = options.transform
                                       ? (options.dtype == dtype::float64 ? dtype::float64 : dtype::float32)
                                       : options.dtype;
+        if (options.transform)
+        {
+            m.m_normalize = normalize(mean, std);
+            mean.assign(mean.size(), 0.0);
+            std.assign(std.size(), 1.0);
+        }
         switch (table_dtype)
         {
         case dtype::float32:

@@ -5,59 +5,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "xgrad/errors.hpp"
+#include "transform_support.hpp"
 
 namespace xgrad::data
 {
-    namespace
-    {
-        [[noreturn]] void fail(const char* who, const std::string& what)
-        {
-            throw xgrad::invalid_argument(std::string(who) + ": " + what);
-        }
-
-        /// The input as a contiguous CPU tensor of its compute dtype, checked to be [C, H, W].
-        tensor chw(const tensor& x, const char* who)
-        {
-            if (!x.defined() || x.dim() != 3 || !is_floating(x.dtype()) || x.device() != cpu_device)
-                fail(who, "expected a floating [C, H, W] CPU tensor, got " +
-                              (x.defined() ? shape_to_string(x.shape()) + " " + std::string(name(x.dtype())) + " on " +
-                                                 to_string(x.device())
-                                           : std::string("an undefined tensor")));
-            const dtype dt = x.dtype() == dtype::float64 ? dtype::float64 : dtype::float32;
-            return x.to(dt).contiguous();
-        }
-
-        /// Calls f(pointer) with the tensor's data as float or double.
-        template <class F>
-        void with_data(const tensor& t, F&& f)
-        {
-            if (t.dtype() == dtype::float64)
-                f(t.data<double>());
-            else
-                f(t.data<float>());
-        }
-
-        /// A fresh copy of a contiguous tensor, to write into (tensor data is never written in place).
-        tensor copy_of(const tensor& t)
-        {
-            tensor out = xgrad::empty(t.shape(), t.dtype());
-            std::memcpy(out.data_ptr(), t.data_ptr(), static_cast<std::size_t>(t.numel()) * itemsize(t.dtype()));
-            return out;
-        }
-
-        void check_probability(const char* who, double p)
-        {
-            if (!(p >= 0.0 && p <= 1.0))
-                fail(who, "p must be in [0, 1], got " + std::to_string(p));
-        }
-    }
+    using detail::check_probability;
+    using detail::chw;
+    using detail::copy_of;
+    using detail::fail;
+    using detail::with_data;
 
     transform compose(std::vector<transform> transforms)
     {

@@ -19,8 +19,12 @@
 // ahead of the one the caller takes next.
 //
 // Transforms (options.transform, xgrad/data/transforms.hpp) run on each example's [C, H, W]
-// input in float32 (float64 for a float64 batch) before it joins the batch: for an
-// image_dataset after the normalisation above, on the background threads. With num_workers > 1
+// input in float32 (float64 for a float64 batch) before it joins the batch, on the background
+// threads. For an image_dataset they see the pixels as byte / 255 in [0, 1], and the
+// normalisation above follows them, as torchvision's transforms of the image come before its
+// Normalize: a crop's padding of 0 is a black pixel, (0 - mean[c]) / std[c] once normalised. A
+// transform meant for normalised values (torchvision's RandomErasing after Normalize) goes after
+// a data::normalize in the list, with the loader's mean 0 and std 1. With num_workers > 1
 // a dataset's get and the transforms are called from several threads at once (each for
 // another example), so they must be safe to call concurrently; the built-in ones are. Each example
 // gets its own generator, seeded from (seed, epoch, example index) alone, so the batches are
@@ -61,7 +65,8 @@ namespace xgrad::data
         /// Normalisation of byte / 255 (Fashion-MNIST's training-set statistics by default),
         /// of every channel, or per channel when channel_mean / channel_std hold one value per
         /// channel of the image_dataset (CIFAR-10's are about {0.4914, 0.4822, 0.4465} and
-        /// {0.2470, 0.2435, 0.2616}). Not used for a data::dataset (normalize is a transform).
+        /// {0.2470, 0.2435, 0.2616}), after the transform if there is one. Not used for a
+        /// data::dataset (normalize is a transform).
         double mean = 0.2860;
         double std = 0.3530;
         std::vector<double> channel_mean, channel_std;
