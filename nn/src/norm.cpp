@@ -1,4 +1,4 @@
-// nn::layer_norm and nn::group_norm: their options checked once, their parameters registered,
+// nn::layer_norm, nn::group_norm and nn::instance_norm2d: their options checked once, their parameters registered,
 // and forward one call of the op.
 #include "xgrad/nn/norm.hpp"
 
@@ -89,5 +89,37 @@ namespace xgrad::nn
     {
         return "group_norm(" + std::to_string(m_options.num_groups) + ", " + std::to_string(m_options.num_channels) +
                ", eps=" + eps_text(m_options.eps) + ", affine=" + (m_options.affine ? "true" : "false") + ")";
+    }
+
+    instance_norm2d::instance_norm2d(const options_type& options) : m_options(options)
+    {
+        const auto& o = m_options;
+        if (o.num_features < 1)
+            fail("num_features must be at least 1, got " + std::to_string(o.num_features));
+        if (bad_eps(o.eps))
+            fail("eps must be a finite number >= 0, got " + eps_text(o.eps));
+        if (!is_floating(o.dtype))
+            fail("dtype must be floating point, got " + std::string(name(o.dtype)));
+        if (o.affine)
+        {
+            register_parameter("weight", ones({o.num_features}, o.dtype));
+            register_parameter("bias", zeros({o.num_features}, o.dtype));
+        }
+    }
+
+    tensor instance_norm2d::forward(const tensor& x)
+    {
+        const auto& o = m_options;
+        if (!x.defined() || x.dim() != 4 || x.size(1) != o.num_features)
+            fail("expected an input [N, " + std::to_string(o.num_features) + ", H, W], got " +
+                 (x.defined() ? shape_to_string(x.shape()) : std::string("an undefined tensor")));
+        return xgrad::instance_norm(x, o.affine ? parameter("weight") : tensor(),
+                                    o.affine ? parameter("bias") : tensor(), o.eps);
+    }
+
+    std::string instance_norm2d::describe() const
+    {
+        return "instance_norm2d(" + std::to_string(m_options.num_features) + ", eps=" + eps_text(m_options.eps) +
+               ", affine=" + (m_options.affine ? "true" : "false") + ")";
     }
 }

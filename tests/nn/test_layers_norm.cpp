@@ -138,3 +138,29 @@ TEST_CASE("nn::layer_norm and nn::group_norm: PyTorch's parameters, the op's val
     bad.eps = std::nan("");
     CHECK_ERROR(nn::layer_norm(bad), xgrad::invalid_argument, "eps");
 }
+
+TEST_CASE("nn::instance_norm2d: PyTorch's defaults, group norm with one channel per group, errors")
+{
+    nn::instance_norm2d plain(4);
+    CHECK(plain.parameters().empty()); // PyTorch's InstanceNorm2d: affine=False by default
+    CHECK(plain.describe() == "instance_norm2d(4, eps=1e-05, affine=false)");
+    nn::instance_norm_options o(4);
+    o.affine = true;
+    o.dtype = dtype::float64;
+    nn::instance_norm2d in(o);
+    CHECK(in.named_parameters().size() == 2);
+    generator gen(6);
+    const tensor x = randn({3, 4, 5, 2}, gen, dtype::float64);
+    {
+        no_grad guard;
+        in.set_parameter("weight", randn({4}, gen, dtype::float64));
+        in.set_parameter("bias", randn({4}, gen, dtype::float64));
+    }
+    // Statistics per (sample, channel) in training and in evaluation alike.
+    const std::vector<double> want = to_vector(group_norm(x, 4, in.parameter("weight"), in.parameter("bias")));
+    CHECK(to_vector(in(x)) == want);
+    in.eval();
+    CHECK(to_vector(in(x)) == want);
+    CHECK_ERROR(in(randn({3, 4, 5}, gen, dtype::float64)), xgrad::invalid_argument, "instance_norm2d", "[N, 4, H, W]");
+    CHECK_ERROR(nn::instance_norm2d(0), xgrad::invalid_argument, "instance_norm2d", "num_features");
+}

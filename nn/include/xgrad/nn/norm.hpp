@@ -1,6 +1,6 @@
 #pragma once
-// The layer and group normalisation layers (nn/src/norm.cpp), PyTorch's LayerNorm and
-// GroupNorm, each one call of its op (xgrad/ops/norm.hpp), so their values and gradients of
+// The layer, group and instance normalisation layers (nn/src/norm.cpp), PyTorch's LayerNorm,
+// GroupNorm and InstanceNorm2d, each one call of its op (xgrad/ops/norm.hpp), so their values and gradients of
 // every order are the fused batch norm's on a reshaped input.
 //
 // Parameters: "weight" (ones) and "bias" (zeros), when the options ask for them; PyTorch's names
@@ -78,6 +78,39 @@ namespace xgrad::nn
         tensor forward(const tensor& x) override;
         std::string_view type_name() const noexcept override { return "group_norm"; }
         /// "group_norm(4, 32, eps=1e-05, affine=true)"
+        std::string describe() const override;
+        const options_type& options() const noexcept { return m_options; }
+
+    private:
+        options_type m_options;
+    };
+
+    struct instance_norm_options
+    {
+        explicit instance_norm_options(std::int64_t features) : num_features(features) {}
+        /// C of the [N, C, H, W] inputs.
+        std::int64_t num_features;
+        double eps = 1e-5;
+        /// weight (ones) and bias (zeros) of shape [num_features]; PyTorch's default is without.
+        bool affine = false;
+        /// The parameters' dtype: the input's dtype.
+        xgrad::dtype dtype = xgrad::dtype::float32;
+    };
+
+    /// Each sample's channels normalised over their own positions, in training and in
+    /// evaluation alike (torch.nn.InstanceNorm2d with its default track_running_stats=False;
+    /// the variant with running statistics is not provided), then the optional per-channel
+    /// weight and bias (xgrad::instance_norm). Inputs [N, num_features, H, W].
+    class instance_norm2d final : public module
+    {
+    public:
+        using options_type = instance_norm_options;
+
+        explicit instance_norm2d(const options_type& options);
+        explicit instance_norm2d(std::int64_t num_features) : instance_norm2d(options_type(num_features)) {}
+        tensor forward(const tensor& x) override;
+        std::string_view type_name() const noexcept override { return "instance_norm2d"; }
+        /// "instance_norm2d(32, eps=1e-05, affine=false)"
         std::string describe() const override;
         const options_type& options() const noexcept { return m_options; }
 
