@@ -13,6 +13,7 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 #include <utility>
 
 #include "checks.hpp"
@@ -69,9 +70,15 @@ namespace xgrad::optim
         // the module half updated.
         std::vector<std::pair<std::string, tensor>> work; // (name, parameter), grad defined
         std::vector<std::string> problems;
+        // A tied parameter (one tensor under several names: set_parameter with the same
+        // handle, weight tying) is stepped once, under its first name, with the one gradient
+        // all its uses accumulated into; stepping it per name would apply the update again.
+        std::unordered_set<const tensor_impl*> seen;
         for (auto& [n, p] : model().named_parameters())
         {
             if (!p.requires_grad())
+                continue;
+            if (!seen.insert(p.impl().get()).second)
                 continue;
             const tensor g = p.grad();
             if (!g.defined())

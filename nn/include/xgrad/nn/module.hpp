@@ -11,7 +11,10 @@
 // "child.grandchild.name"). Every listing follows registration order: a module's own tensors
 // first, then each child's, so the order is deterministic.
 //
-// Tensor data is never written in place: a new value replaces the old one. Two ways:
+// Copies never change: data is written in place only into storage that nothing else holds (an
+// optimizer's fused step, xgrad/optim/optimizer.hpp), so a state_dict() snapshot, a detached
+// copy or a saved tensor of a graph keeps its values. A new value reaches a parameter in one
+// of two ways:
 //
 // - update_parameter(name, value) gives the parameter's own handle the new data
 //   (tensor::set_data): the parameter stays the same tensor, so handles held elsewhere

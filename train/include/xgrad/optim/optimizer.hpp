@@ -32,7 +32,10 @@
 // with set_lr (that is what the schedulers do).
 //
 // Parameters without a gradient (grad() undefined) are skipped, as in PyTorch. Parameters
-// whose requires_grad is false are skipped. A step is all or nothing: if it throws, no
+// whose requires_grad is false are skipped. A tied parameter (one tensor under several names,
+// as weight tying makes it) is stepped once per step, under its first name in
+// named_parameters() order, with the gradient all its uses accumulated; its state is kept
+// under that name only. A step is all or nothing: if it throws, no
 // parameter, buffer or step count has changed.
 //
 // Precision: float32 and float64 parameters are updated in their own dtype. float16 and
