@@ -156,6 +156,34 @@ TEST_CASE("safetensors: a header with a key twice is refused, naming the key")
     CHECK(load().tensors.at("w").shape() == xgrad::shape_type{1});
 }
 
+TEST_CASE("safetensors: the header's nesting and entry count are bounded before it is built")
+{
+    scratch_dir dir;
+    const fs::path file = dir / "deep.safetensors";
+    const auto load = [&] { return xgrad::io::load_safetensors(file); };
+    // A valid header is 3 deep; 16 levels of arrays in the metadata are refused, 15 are not
+    // refused for their depth (the metadata's value being an array is its own error).
+    const auto nested = [](int depth) {
+        return R"({"__metadata__":)" + std::string(static_cast<std::size_t>(depth), '[') +
+               std::string(static_cast<std::size_t>(depth), ']') + "}";
+    };
+    write_raw(file, nested(15), "");
+    CHECK_FORMAT_ERROR(load(), file, "__metadata__");
+    write_raw(file, nested(16), "");
+    CHECK_FORMAT_ERROR(load(), file, "nests objects and arrays more than 16 deep");
+    std::string objects;
+    for (int i = 0; i < 100000; ++i)
+        objects += R"({"a":)";
+    write_raw(file, objects + "1" + std::string(100000, '}'), "");
+    CHECK_FORMAT_ERROR(load(), file, "more than 16 deep");
+    // One entry more than the limit (2^20), each the smallest a key can be: refused by count.
+    std::string many = "{";
+    for (std::size_t i = 0; i <= (std::size_t{1} << 20); ++i)
+        many += (i ? ",\"" : "\"") + std::to_string(i) + "\":0";
+    write_raw(file, many + "}", "");
+    CHECK_FORMAT_ERROR(load(), file, "more than 1048576 entries");
+}
+
 TEST_CASE("safetensors and checkpoints: a FIFO is refused at once instead of blocking the reader")
 {
     scratch_dir dir;

@@ -8,6 +8,7 @@
 // memory plus the header's, never a copy of the file, and nothing is allocated for a size
 // the file merely announces.
 #include "xgrad/io/safetensors.hpp"
+#include "header_json.hpp"
 #include "input_file.hpp"
 #include "xgrad/io/atomic_file.hpp"
 
@@ -339,50 +340,6 @@ namespace xgrad::io
                                std::to_string(data_size) + ") at its end belong to no tensor");
         }
 
-        /// Refuses a key that appears twice in one JSON object. nlohmann::json keeps the last of
-        /// them silently, so a second entry of a tensor (or a second 'dtype' within one) would
-        /// replace the first unseen; the parser callback sees every key as it is read.
-        class duplicate_key_check
-        {
-        public:
-            explicit duplicate_key_check(const fs::path& path) : m_path(path) {}
-
-            bool operator()(int /*depth*/, json::parse_event_t event, json& parsed)
-            {
-                switch (event)
-                {
-                case json::parse_event_t::object_start:
-                    m_objects.push_back({m_objects.empty() ? std::string() : m_objects.back().last_key, {}, {}});
-                    break;
-                case json::parse_event_t::key:
-                {
-                    object& o = m_objects.back();
-                    std::string key = parsed.get<std::string>();
-                    if (!o.keys.insert(key).second)
-                        fail(m_path, "duplicate key " + in_quotes(key) +
-                                         (m_objects.size() == 1 ? std::string(" in the header")
-                                                                : " in the header's entry " + in_quotes(o.owner)) +
-                                         " (a later one would silently replace the earlier)");
-                    o.last_key = std::move(key);
-                    break;
-                }
-                case json::parse_event_t::object_end: m_objects.pop_back(); break;
-                default: break;
-                }
-                return true;
-            }
-
-        private:
-            struct object
-            {
-                std::string owner; // the key whose value the object is ("" for the header itself)
-                std::string last_key;
-                std::unordered_set<std::string> keys;
-            };
-            const fs::path& m_path;
-            std::vector<object> m_objects;
-        };
-
         /// The header of a file, validated: the metadata, and the tensor entries sorted by
         /// offset and tiling the data region that follows the header.
         struct header_content
@@ -436,15 +393,7 @@ namespace xgrad::io
             }
             const std::uint64_t data_size = size - 8 - header_size;
 
-            json header;
-            try
-            {
-                header = json::parse(text.begin(), text.end(), duplicate_key_check(path));
-            }
-            catch (const json::exception& e) // syntax errors, and numbers beyond any C++ type
-            {
-                fail(path, std::string("header is not valid JSON: ") + e.what());
-            }
+            json header = detail::parse_header_json(text, path);
             std::string().swap(text); // the header's text is no longer needed
             if (!header.is_object())
                 fail(path, "header is not a JSON object (it is " + json_type(header) + ")");
