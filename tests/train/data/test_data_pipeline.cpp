@@ -248,7 +248,11 @@ TEST_CASE("transforms: flip, crop with padding, erasing, normalize, compose")
     CHECK(to_vector(both(x, gen)) == std::vector<double>{4, 2, 0, 10, 8, 6});
 
     CHECK_ERROR(random_horizontal_flip(1.5), xgrad::invalid_argument, "random_horizontal_flip", "p");
-    CHECK_ERROR(random_crop(0, 3), xgrad::invalid_argument, "random_crop", "at least 1x1");
+    CHECK_ERROR(random_crop(0, 3), xgrad::invalid_argument, "random_crop", "the size must be in [1, 2147483647]");
+    // Sizes whose padded extent or output would overflow are refused when the transform is made
+    // (before, h + 2 * padding overflowed and the message showed negative sizes).
+    CHECK_ERROR(random_crop(4, 4, std::int64_t{1} << 62), xgrad::invalid_argument, "random_crop", "padding in [0,");
+    CHECK_ERROR(random_crop(std::int64_t{1} << 40, 4), xgrad::invalid_argument, "random_crop", "1099511627776x4");
     CHECK_ERROR(random_crop(5, 5)(x, gen), xgrad::invalid_argument, "random_crop", "does not fit", "[1, 2, 3]");
     CHECK_ERROR(random_erasing(0.5, 0.5, 0.2), xgrad::invalid_argument, "random_erasing", "scale");
     CHECK_ERROR(normalize({0.0, 0.0}, {1.0})(x, gen), xgrad::invalid_argument, "normalize", "2 values", "1 channels");
@@ -326,4 +330,14 @@ TEST_CASE("data_loader: an image's transforms run on its pixels before the norma
     const auto r = to_vector(run_epoch(raw, 0).at(0).images);
     for (std::size_t i = 0; i < r.size(); ++i)
         CHECK(r[i] == ds->images[i] / 255.0);
+}
+
+TEST_CASE("data_loader: a dataset whose size() is beyond what a loader can order is refused by name")
+{
+    loader_options o;
+    o.batch_size = 4;
+    // Before, 2^61 examples reached start_epoch as an std::length_error from the order's vector.
+    CHECK_ERROR(data_loader(std::make_shared<counting_dataset>(std::int64_t{1} << 61), o), xgrad::invalid_argument,
+                "data_loader: the dataset's size() is 2305843009213693952", "outside [0, 1099511627776]");
+    CHECK_ERROR(data_loader(std::make_shared<counting_dataset>(-1), o), xgrad::invalid_argument, "size() is -1");
 }

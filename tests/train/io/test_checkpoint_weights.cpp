@@ -326,3 +326,31 @@ TEST_CASE("load_weights: a state dict without num_batches_tracked loads, keeping
         CHECK(msg.find("8 model tensors are missing") != std::string::npos);
     }
 }
+
+TEST_CASE("load_weights: two names of the file that load as one are refused, naming both")
+{
+    scratch_dir dir;
+    auto source = small_cnn("NCHW", 10);
+    // A checkpoint (names under "model.") that also holds a plain "fc.bias": before, one of the
+    // two was dropped silently.
+    const fs::path file = dir / "both.safetensors";
+    const auto opt = xgrad::optim::make_optimizer("sgd", *source, 0.1);
+    xgrad::io::save_checkpoint(file, *source, opt.get(), 1);
+    auto content = xgrad::io::load_safetensors(file);
+    content.tensors["fc.bias"] = xgrad::zeros({4});
+    xgrad::io::save_safetensors(file, content.tensors, content.metadata);
+    auto target = small_cnn("NCHW", 11);
+    CHECK_FORMAT_ERROR(xgrad::io::load_weights(file, *target), file,
+                       "tensors 'fc.bias' and 'model.fc.bias' both load as 'fc.bias'");
+    // The same with a stripped prefix.
+    const fs::path ddp = dir / "ddp.safetensors";
+    xgrad::io::tensor_map prefixed;
+    for (const auto& [name, t] : source->state_dict())
+        prefixed["module." + name] = t;
+    prefixed["conv1.weight"] = source->state_dict().at("conv1.weight");
+    xgrad::io::save_safetensors(ddp, prefixed);
+    xgrad::io::load_weights_options strip;
+    strip.strip_prefix = "module.";
+    CHECK_FORMAT_ERROR(xgrad::io::load_weights(ddp, *target, strip), ddp,
+                       "tensors 'conv1.weight' and 'module.conv1.weight' both load as 'conv1.weight'");
+}

@@ -156,6 +156,19 @@ TEST_CASE("safetensors: a header with a key twice is refused, naming the key")
     CHECK(load().tensors.at("w").shape() == xgrad::shape_type{1});
 }
 
+TEST_CASE("safetensors: a file torch.save wrote is named as such, with what to do instead")
+{
+    scratch_dir dir;
+    const fs::path file = dir / "model.pt";
+    // torch.save's zip archive (PyTorch 1.6 and later) and its older pickle (protocol 2).
+    for (const std::string& start : {std::string("PK\x03\x04\x00\x00\x08\x00", 8), std::string("\x80\x02\x8a\x0a", 4)})
+    {
+        std::ofstream(file, std::ios::binary) << start << std::string(64, 'x');
+        CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "as torch.save writes",
+                           "safetensors.torch.save_file(model.state_dict(), path)");
+    }
+}
+
 TEST_CASE("safetensors: the header's nesting and entry count are bounded before it is built")
 {
     scratch_dir dir;

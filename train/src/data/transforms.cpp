@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -66,14 +67,19 @@ namespace xgrad::data
 
     transform random_crop(std::int64_t height, std::int64_t width, std::int64_t padding, double fill)
     {
-        if (height < 1 || width < 1 || padding < 0)
-            fail("random_crop", "the size must be at least 1x1 and the padding >= 0, got " + std::to_string(height) +
-                                    "x" + std::to_string(width) + " with padding " + std::to_string(padding));
+        // Every field at most 2^31 - 1 (as the window ops' fields): the padded sizes below are
+        // then far inside int64 for any input extent (at most 2^62).
+        constexpr std::int64_t limit = std::numeric_limits<std::int32_t>::max();
+        if (height < 1 || width < 1 || padding < 0 || height > limit || width > limit || padding > limit)
+            fail("random_crop", "the size must be in [1, " + std::to_string(limit) +
+                                    "] in both axes and the padding in [0, " + std::to_string(limit) + "], got " +
+                                    std::to_string(height) + "x" + std::to_string(width) + " with padding " +
+                                    std::to_string(padding));
         return [=](const tensor& x, generator& gen) {
             const tensor in = chw(x, "random_crop");
             const std::int64_t c = in.size(0), h = in.size(1), w = in.size(2);
-            // Padded sizes; the inputs are images, far from int64's range.
             const std::int64_t ph = h + 2 * padding, pw = w + 2 * padding;
+            numel_of({c, height, width}); // the output's size, checked before it is allocated
             if (height > ph || width > pw)
                 fail("random_crop", "a " + std::to_string(height) + "x" + std::to_string(width) +
                                         " window does not fit the padded image " + std::to_string(ph) + "x" +

@@ -357,15 +357,27 @@ namespace xgrad::io
                 fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
             std::array<unsigned char, 8> length{};
             in.read_exact(length.data(), length.size(), "the header length");
+            // torch.save writes a zip archive (since PyTorch 1.6) or, before, a pickle: the
+            // commonest wrong file, said as such where the bytes are not a safetensors header
+            // (those first bytes can also be a valid header length, so they decide nothing alone).
+            const bool zip = length[0] == 'P' && length[1] == 'K' && length[2] == 3 && length[3] == 4;
+            const bool pickle = length[0] == 0x80 && length[1] >= 2 && length[1] <= 5;
+            const auto not_safetensors = [&](const std::string& why) {
+                if (zip || pickle)
+                    fail(path, std::string("not a safetensors file: this is a ") + (zip ? "zip archive" : "pickle") +
+                                   ", as torch.save writes (a PyTorch checkpoint or state_dict); save the tensors "
+                                   "as safetensors instead: safetensors.torch.save_file(model.state_dict(), path)");
+                fail(path, "not a safetensors file: " + why);
+            };
             std::uint64_t header_size = 0;
             for (std::size_t i = 0; i < 8; ++i)
                 header_size |= std::uint64_t{length[i]} << (8 * i);
             // The smallest header is "{}". A length that leaves no room for it, or that the file
             // cannot hold, means the file is something else (text, zeros, another format).
             if (header_size < 2 || header_size > size - 8)
-                fail(path, "not a safetensors file: its first 8 bytes give a header length of " +
-                               std::to_string(header_size) + " bytes but the file has " + std::to_string(size) +
-                               " bytes" + (header_size < 2 ? " (a header is at least the 2 bytes '{}')" : ""));
+                not_safetensors("its first 8 bytes give a header length of " + std::to_string(header_size) +
+                                " bytes but the file has " + std::to_string(size) + " bytes" +
+                                (header_size < 2 ? " (a header is at least the 2 bytes '{}')" : ""));
             if (header_size > max_header_bytes)
                 fail(path, "header length " + std::to_string(header_size) + " exceeds the limit of " +
                                std::to_string(max_header_bytes) + " bytes");
@@ -384,8 +396,8 @@ namespace xgrad::io
                 text.resize(at + n);
                 in.read_exact(text.data() + at, n, "the header");
                 if (at == 0 && text[0] != '{')
-                    fail(path, "not a safetensors file: its header does not start with '{' (found byte " +
-                                   hex_byte(static_cast<unsigned char>(text[0])) + ")");
+                    not_safetensors("its header does not start with '{' (found byte " +
+                                    hex_byte(static_cast<unsigned char>(text[0])) + ")");
                 const std::size_t nul = text.find('\0', at);
                 if (nul != std::string::npos)
                     fail(path, "not a safetensors file: byte " + std::to_string(nul) + " of its " +

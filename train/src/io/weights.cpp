@@ -7,6 +7,7 @@
 // whole list, not one rerun per problem.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,8 +50,12 @@ namespace xgrad::io
         if (checkpoint)
             check_checkpoint_version(path, content.metadata);
 
-        // The file's names, as the module would call them.
+        // The file's names, as the module would call them. Two that become one name (a file
+        // holding both "model.fc.weight" and "fc.weight", or "module.x" and "x" with that
+        // prefix stripped) are an error: keeping either would load the other silently.
         nn::module::state_dict_type found;
+        std::map<std::string, std::string> origin; // the module's name -> the file's
+        std::vector<std::string> collisions;
         for (auto& [name, t] : content.tensors)
         {
             std::string_view key = name;
@@ -63,8 +68,15 @@ namespace xgrad::io
             }
             if (!options.strip_prefix.empty() && starts_with(key, options.strip_prefix))
                 key.remove_prefix(options.strip_prefix.size());
+            const auto [at, added] = origin.emplace(std::string(key), name);
+            if (!added)
+                collisions.push_back("tensors " + in_quotes(at->second) + " and " + in_quotes(name) + " both load as " +
+                                     in_quotes(at->first));
             found.emplace(std::string(key), std::move(t));
         }
+        if (!collisions.empty())
+            throw format_error(path.string() + ": " + join_problems(collisions) +
+                               " (remove one of each pair from the file, or load it with another strip_prefix)");
 
         std::vector<std::string> problems, missing, unexpected;
         const nn::module::state_dict_type current = model.state_dict();

@@ -80,6 +80,9 @@ namespace xgrad::data
         /// time, at most num_workers batches ahead. In [1, max_workers].
         std::int64_t num_workers = 1;
         static constexpr std::int64_t max_workers = 256;
+        /// The most examples a dataset given to a loader may have (2^40): each epoch's order
+        /// holds an 8-byte index per example.
+        static constexpr std::int64_t max_examples = std::int64_t{1} << 40;
         /// Sharding (see above): the number of processes sharing each step's global batch of
         /// num_replicas * batch_size examples, and which share this loader yields.
         std::int64_t num_replicas = 1;
@@ -106,7 +109,8 @@ namespace xgrad::data
         /// With prefetch, starts the background threads; the destructor stops and joins them,
         /// also in the middle of an epoch.
         data_loader(std::shared_ptr<const image_dataset> dataset, const loader_options& options);
-        /// The same over any dataset (mean, std and the channel values are not used). Errors
+        /// The same over any dataset (mean, std and the channel values are not used); its size()
+        /// must be in [0, loader_options::max_examples] (else xgrad::invalid_argument). Errors
         /// while making a batch, thrown by next(): what the dataset's get or a transform throws,
         /// and xgrad::invalid_argument naming the example for an input that is undefined, not
         /// floating, not on the CPU, or of another shape than the batch's first.
