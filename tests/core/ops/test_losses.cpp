@@ -46,8 +46,10 @@ TEST_CASE("losses: reduction batchmean is kl_div's alone")
         {"nll_loss", [&](reduction r) { return nll_loss(x, labels, r); }},
         {"cross_entropy", [&](reduction r) { return cross_entropy(x, labels, r); }},
     };
-    for (const auto& [name, f] : losses)
+    for (const auto& entry : losses)
     {
+        const auto& name = entry.first;
+        const auto& f = entry.second;
         INFO(name);
         CHECK_ERROR(f(reduction::batchmean), xgrad::invalid_argument, name, "batchmean", "kl_div only");
         CHECK_ERROR(f(static_cast<reduction>(7)), xgrad::invalid_argument, name, "unknown reduction 7");
