@@ -76,6 +76,9 @@ namespace xgrad::examples
                 notes += (i ? ", " : "") + loaded.kept[i];
             notes += " not in the file: kept";
         }
+        if (!loaded.checksummed)
+            notes += std::string(notes.empty() ? "" : "; ") +
+                     "no checksums in the file (another tool wrote it): loaded unchecked";
         return notes.empty() ? notes : " (" + notes + ")";
     }
 }

@@ -41,7 +41,8 @@ namespace xgrad::examples
 
     /// What a weights load did beyond loading, for the line that reports it: "" or
     /// " (3 tensors cast to the model's dtypes; bn1.num_batches_tracked, bn2.num_batches_tracked
-    /// not in the file: kept)".
+    /// not in the file: kept; no checksums in the file (another tool wrote it): loaded
+    /// unchecked)".
     std::string load_notes(const io::load_weights_result& loaded);
 
     /// The names of Fashion-MNIST's ten classes, by label.

@@ -4,6 +4,8 @@
 // test_checkpoint_checkpoints.cpp (same executable, test_checkpoint).
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -132,7 +134,7 @@ TEST_CASE("safetensors: metadata round-trips, with or without tensors")
     CHECK(loaded.metadata.empty());
 }
 
-TEST_CASE("safetensors: the byte layout is the format's (length, sorted JSON padded with spaces, data)")
+TEST_CASE("safetensors: the byte layout is the format's (length, sorted JSON padded with spaces, checksums, data)")
 {
     scratch_dir dir;
     const fs::path file = dir / "small.safetensors";
@@ -140,7 +142,9 @@ TEST_CASE("safetensors: the byte layout is the format's (length, sorted JSON pad
     const tensor a = from_values(std::vector<float>{1.5f}, {}, dtype::float32);
     xgrad::io::save_safetensors(file, {{"b", b}, {"a", a}}, {{"k", "v"}});
 
-    std::string header = R"({"__metadata__":{"k":"v"},)"
+    // The metadata holds each tensor's CRC-32 (of its stored bytes; the values are Python's
+    // zlib.crc32 of the data below).
+    std::string header = R"({"__metadata__":{"k":"v","xgrad.crc32.a":"5cd8256f","xgrad.crc32.b":"ca1fda2f"},)"
                          R"("a":{"data_offsets":[0,4],"dtype":"F32","shape":[]},)"
                          R"("b":{"data_offsets":[4,20],"dtype":"I64","shape":[2]}})";
     while (header.size() % 8 != 0)
@@ -314,4 +318,61 @@ TEST_CASE("safetensors: writes are atomic and a failed write leaves the old file
     CHECK(fs::is_empty(folder));
     CHECK(dir.entries() == std::vector<std::string>{"model.safetensors", "taken"});
     CHECK(read_bytes(file) == before);
+}
+
+TEST_CASE("safetensors: flipping any byte of the data fails the load, naming the tensor")
+{
+    scratch_dir dir;
+    const fs::path file = dir / "ckpt.safetensors";
+    xgrad::generator gen(1);
+    const tensor w = xgrad::randn({3, 5}, gen), b = xgrad::randn({5}, gen, dtype::float64);
+    const tensor n = from_values(std::vector<std::int64_t>{7}, {}, dtype::int64);
+    xgrad::io::save_safetensors(file, {{"w", w}, {"b", b}, {"n", n}}, {{"epoch", "3"}});
+    const auto clean = xgrad::io::load_safetensors(file);
+    CHECK(clean.checksummed);
+    CHECK(clean.metadata == xgrad::io::metadata_map{{"epoch", "3"}}); // the checksums are not the caller's
+    CHECK(xgrad::io::read_safetensors_metadata(file) == clean.metadata);
+
+    const bytes_type original = read_bytes(file);
+    const std::uint64_t header = [&] {
+        std::uint64_t h = 0;
+        for (int i = 0; i < 8; ++i)
+            h |= std::uint64_t{original[static_cast<std::size_t>(i)]} << (8 * i);
+        return h;
+    }();
+    // Data order is name order: b (40 bytes), n (8), w (60).
+    const std::size_t data = 8 + static_cast<std::size_t>(header);
+    REQUIRE(original.size() == data + 40 + 8 + 60);
+    for (std::size_t at = data; at < original.size(); ++at)
+    {
+        bytes_type flipped = original;
+        flipped[at] = static_cast<unsigned char>(flipped[at] ^ 0x10);
+        std::ofstream(file, std::ios::binary | std::ios::trunc)
+            .write(reinterpret_cast<const char*>(flipped.data()), static_cast<std::streamsize>(flipped.size()));
+        const char* owner = at < data + 40 ? "'b'" : at < data + 48 ? "'n'" : "'w'";
+        CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, owner, "does not match the checksum",
+                           "the file is corrupt");
+    }
+}
+
+TEST_CASE(
+    "safetensors: files without checksums load unchecked; partial or stray checksums and reserved keys are refused")
+{
+    scratch_dir dir;
+    const fs::path file = dir / "plain.safetensors";
+    const std::string entry = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+    write_raw(file, R"({"w":)" + entry + "}", std::string(4, '\0'));
+    const auto plain = xgrad::io::load_safetensors(file);
+    CHECK(!plain.checksummed);
+    CHECK(plain.tensors.count("w") == 1);
+    const std::string two = R"({"dtype":"F32","shape":[1],"data_offsets":[4,8]})";
+    write_raw(file, R"({"__metadata__":{"xgrad.crc32.w":"2144df1c"},"w":)" + entry + R"(,"v":)" + two + "}",
+              std::string(8, '\0'));
+    CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "tensor 'v' has no checksum");
+    write_raw(file, R"({"__metadata__":{"xgrad.crc32.w":"2144df1c","xgrad.crc32.x":"00000000"},"w":)" + entry + "}",
+              std::string(4, '\0'));
+    CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "checksum for 'x', which is not a tensor");
+    write_raw(file, R"({"__metadata__":{"xgrad.crc32.w":"nothex!!"},"w":)" + entry + "}", std::string(4, '\0'));
+    CHECK_FORMAT_ERROR(xgrad::io::load_safetensors(file), file, "'xgrad.crc32.w'", "not a checksum");
+    CHECK_FORMAT_ERROR(xgrad::io::save_safetensors(file, {}, {{"xgrad.crc32.w", "0"}}), file, "is reserved");
 }

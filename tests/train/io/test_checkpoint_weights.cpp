@@ -354,3 +354,23 @@ TEST_CASE("load_weights: two names of the file that load as one are refused, nam
     CHECK_FORMAT_ERROR(xgrad::io::load_weights(ddp, *target, strip), ddp,
                        "tensors 'conv1.weight' and 'module.conv1.weight' both load as 'conv1.weight'");
 }
+
+TEST_CASE("load_weights: says whether the file's checksums were verified")
+{
+    scratch_dir dir;
+    xgrad::generator gen(12);
+    nn::linear fc(1, 1, gen);
+    // Another writer's file: no checksums, loaded unchecked (and said so).
+    const fs::path foreign = dir / "foreign.safetensors";
+    write_raw(foreign,
+              R"({"bias":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+              R"("weight":{"dtype":"F32","shape":[1,1],"data_offsets":[4,8]}})",
+              std::string("\x00\x00\x80\x3f\x00\x00\x00\x40", 8)); // 1.0f, 2.0f
+    const auto unchecked = xgrad::io::load_weights(foreign, fc);
+    CHECK(!unchecked.checksummed);
+    CHECK(xgrad::to_vector(fc.weight()) == std::vector<double>{2.0});
+    // xgrad's own file: verified.
+    const fs::path own = dir / "own.safetensors";
+    xgrad::io::save_safetensors(own, {{"weight", fc.weight()}, {"bias", fc.bias()}});
+    CHECK(xgrad::io::load_weights(own, fc).checksummed);
+}

@@ -8,6 +8,7 @@
 // memory plus the header's, never a copy of the file, and nothing is allocated for a size
 // the file merely announces.
 #include "xgrad/io/safetensors.hpp"
+#include "checksums.hpp"
 #include "header_json.hpp"
 #include "input_file.hpp"
 #include "xgrad/io/atomic_file.hpp"
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -207,6 +209,14 @@ namespace xgrad::io
             std::uint64_t begin = 0;
             std::uint64_t end = 0;
         };
+
+        std::vector<std::string> names_of(const std::vector<entry>& entries)
+        {
+            std::vector<std::string> names;
+            for (const entry& e : entries)
+                names.push_back(e.name);
+            return names;
+        }
 
         std::string json_type(const json& j) { return j.type_name(); }
 
@@ -442,8 +452,12 @@ namespace xgrad::io
     {
         // Every check comes before the temporary file exists, so bad input touches nothing.
         json header = json::object();
-        if (!metadata.empty())
-            header[std::string(metadata_key)] = metadata;
+        metadata_map meta = metadata;
+        for (const auto& [key, value] : metadata)
+            if (key.compare(0, detail::checksum_prefix.size(), detail::checksum_prefix) == 0)
+                fail(path, "metadata key " + in_quotes(key) + " is reserved: '" + std::string(detail::checksum_prefix) +
+                               "<tensor>' holds the checksums this writer adds");
+        std::vector<unsigned char> buffer;
         std::uint64_t offset = 0;
         for (const auto& [name, t] : tensors)
         {
@@ -451,6 +465,8 @@ namespace xgrad::io
                 fail(path, "'__metadata__' is reserved for the metadata and cannot name a tensor");
             if (!t.defined())
                 fail(path, "tensor " + in_quotes(name) + " is undefined");
+            meta[std::string(detail::checksum_prefix) + name] =
+                detail::crc_text(detail::stored_crc(path, name, t, buffer));
             const std::uint64_t nbytes = static_cast<std::uint64_t>(t.numel()) * itemsize(t.dtype());
             // std::map iterates in name order, so the data follows the sorted header entries.
             header[name] = {{"dtype", code_of(t.dtype())},
@@ -458,6 +474,8 @@ namespace xgrad::io
                             {"data_offsets", {offset, offset + nbytes}}};
             offset += nbytes;
         }
+        if (!meta.empty())
+            header[std::string(metadata_key)] = meta;
 
         std::string text;
         try
@@ -483,23 +501,10 @@ namespace xgrad::io
             atomic_file file(path);
             file.write(length.data(), length.size());
             file.write(text.data(), text.size());
-            std::vector<unsigned char> buffer;
             for (const auto& [name, t] : tensors)
             {
-                const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * itemsize(t.dtype());
-                if (nbytes == 0)
-                    continue;
-                buffer.resize(nbytes);
-                try
-                {
-                    // Contiguous, row-major and on the host, whatever the tensor's layout and device.
-                    to_host(t, buffer.data(), t.dtype());
-                }
-                catch (const std::exception& e)
-                {
-                    fail(path, "cannot copy tensor " + in_quotes(name) + " to the host: " + e.what());
-                }
-                file.write(buffer.data(), nbytes);
+                const unsigned char* bytes = detail::stored_bytes(path, name, t, buffer);
+                file.write(bytes, static_cast<std::size_t>(t.numel()) * itemsize(t.dtype()));
             }
             file.commit();
         }
@@ -516,6 +521,8 @@ namespace xgrad::io
             header_content header = read_header(in);
             safetensors_content content;
             content.metadata = std::move(header.metadata);
+            const auto checksums = detail::take_checksums(content.metadata, path);
+            content.checksummed = detail::check_checksum_names(path, checksums, names_of(header.entries));
             // The entries are sorted by offset and tile the data region, so the data is read
             // front to back, each tensor's bytes straight into its own storage. The sizes were
             // checked against the file's, so the tensors together need at most its size.
@@ -524,13 +531,29 @@ namespace xgrad::io
                 tensor t = empty(e.shape, e.dt);
                 const std::uint64_t nbytes = e.end - e.begin;
                 const std::string what = "tensor " + in_quotes(e.name);
-                if (nbytes > 0 && e.stored->how == conversion::none)
+                const auto verify = [&](const void* bytes) {
+                    const auto it = checksums.find(e.name);
+                    if (it == checksums.end())
+                        return;
+                    const std::uint32_t crc = detail::crc32_of(bytes, static_cast<std::size_t>(nbytes));
+                    if (crc != it->second)
+                        fail(path, what + ": its data does not match the checksum it was saved with (CRC-32 " +
+                                       detail::crc_text(crc) + ", saved " + detail::crc_text(it->second) +
+                                       "): the file is corrupt");
+                };
+                if (nbytes == 0)
+                    verify(nullptr);
+                else if (e.stored->how == conversion::none)
+                {
                     in.read_exact(t.data_ptr(), static_cast<std::size_t>(nbytes), what.c_str());
-                else if (nbytes > 0)
+                    verify(t.data_ptr());
+                }
+                else
                 {
                     // Read whole, then widened into the tensor, which is larger than the bytes.
                     std::vector<unsigned char> bytes(static_cast<std::size_t>(nbytes));
                     in.read_exact(bytes.data(), bytes.size(), what.c_str());
+                    verify(bytes.data());
                     const std::int64_t bad = widen(*e.stored, bytes.data(), bytes.size() / e.stored->size,
                                                    t.data_ptr());
                     if (bad >= 0)
@@ -550,7 +573,9 @@ namespace xgrad::io
     {
         return with_format_errors([&] {
             detail::input_file in(path);
-            return read_header(in).metadata;
+            header_content header = read_header(in);
+            detail::check_checksum_names(path, detail::take_checksums(header.metadata, path), names_of(header.entries));
+            return header.metadata;
         });
     }
 }

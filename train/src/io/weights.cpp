@@ -46,6 +46,7 @@ namespace xgrad::io
         safetensors_content content = load_safetensors(path);
         load_weights_result result;
         result.metadata = content.metadata;
+        result.checksummed = content.checksummed;
         const bool checkpoint = is_checkpoint(content.metadata);
         if (checkpoint)
             check_checkpoint_version(path, content.metadata);

@@ -14,7 +14,12 @@
 // PyTorch wrote with any dtype loads; casting to a module's dtypes is load_weights' job.
 //
 // Writing: the header lists the tensors in name order with compact JSON, and their data
-// follows in that same order; "__metadata__" is written only when there is metadata.
+// follows in that same order. "__metadata__" holds the caller's metadata and, per tensor,
+// "xgrad.crc32.<name>": the CRC-32 (zlib's) of its stored bytes as 8 hex digits; keys with that
+// prefix are reserved. Reading verifies the checksums of a file that has them (every tensor
+// must then have one) and fails naming the tensor whose data does not match; a file without
+// them (written by another tool) loads unchecked, and safetensors_content::checksummed says
+// which. The checksum keys are not part of the metadata a reader returns.
 // Reading accepts any key order, whitespace and data order, as long as the entries tile the
 // data region exactly. Headers above 100 MB are refused as corrupt.
 //
@@ -68,6 +73,9 @@ namespace xgrad::io
     {
         tensor_map tensors; // CPU tensors
         metadata_map metadata;
+        /// True when the file carried a checksum for every tensor (as xgrad writes them) and
+        /// each matched; false for a file written by another tool, loaded unchecked.
+        bool checksummed = false;
     };
 
     /// Writes `tensors` (any device; copied to the host) and `metadata` atomically.
@@ -146,6 +154,9 @@ namespace xgrad::io
         /// Model buffers the file lacks that keep their value: num_batches_tracked (a batch
         /// norm's step counter), which PyTorch's load_state_dict also lets a state dict omit.
         std::vector<std::string> kept;
+        /// Whether the file carried per-tensor checksums, all verified (safetensors_content);
+        /// false for a file another tool wrote, whose data loaded unchecked.
+        bool checksummed = false;
         metadata_map metadata; // the file's
     };
 
