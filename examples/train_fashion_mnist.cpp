@@ -73,6 +73,7 @@ namespace
         std::filesystem::path resume;    // empty: start from scratch
         std::filesystem::path init_from; // empty: weights from the seed
         std::string strip_prefix;        // removed from the names of init_from's tensors
+        std::string on_non_finite = "stop";
         // Channels-last trains faster here (docs/training_performance.md).
         std::string data_format = "NHWC";
         std::string precision = "f32"; // bf16: mixed precision (fashion_model.hpp)
@@ -122,6 +123,9 @@ namespace
                      "with --init-from: remove P from the start of the file's names first (e.g. \"module.\" for "
                      "a file saved from a wrapped PyTorch model)");
         p.add_choice("--format", c.data_format, {"NCHW", "NHWC"}, "activation layout (NHWC is the faster one)");
+        p.add_choice("--on-non-finite", c.on_non_finite, {"stop", "skip"},
+                     "a step whose loss or gradient is NaN or infinite stops the run (exit 1, the last "
+                     "checkpoint the last good one) or is skipped");
         p.add_choice("--precision", c.precision, {"f32", "bf16"},
                      "bf16: mixed precision, convolutions with bfloat16 operands summed in float32 (AMX where the "
                      "processor has it), bfloat16 activations through batch norm and pooling, float32 master "
@@ -276,6 +280,8 @@ namespace
         o.device = dev;
         o.out = c.out;
         o.schedule = schedule.get();
+        o.on_non_finite = c.on_non_finite == "skip" ? xgrad::train::non_finite_policy::skip_step
+                                                    : xgrad::train::non_finite_policy::stop;
         o.plateau = plateau.get(); // on the test loss (trainer_options::plateau_on)
         o.test_data = test_data;
         o.log = &log;

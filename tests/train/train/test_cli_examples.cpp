@@ -284,6 +284,30 @@ TEST_CASE("examples: --precision bf16 says when bfloat16 is storage only; XGRAD_
     CHECK_MESSAGE(plain.output.find("bfloat16 here is storage") == std::string::npos, plain.output);
 }
 
+TEST_CASE("examples: a run whose loss diverges stops with exit 1 naming the step; --on-non-finite skip goes on")
+{
+    scratch_folder dir;
+    write_set(dir / "data", "train", 8, 28, 28);
+    write_set(dir / "data", "t10k", 4, 28, 28);
+    const auto train = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{"--data-dir",   (dir / "data").string(),
+                                      "--batch-size", "4",
+                                      "--epochs",     "5",
+                                      "--out",        (dir / "out").string(),
+                                      "--threads",    "1",
+                                      "--optimizer",  "sgd",
+                                      "--lr",         "1000"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run(XGRAD_TRAIN_FASHION_MNIST, args, dir.path);
+    };
+    // Before, this finished with exit 0 and wrote NaN checkpoints.
+    const run_result stopped = train({});
+    check_run(stopped, 1, {"training stopped at epoch", "the model keeps its values from before this step"});
+    CHECK_MESSAGE(stopped.output.find("test accuracy after") == std::string::npos, stopped.output);
+    const run_result skipped = train({"--on-non-finite", "skip"});
+    check_run(skipped, 0, {"steps skipped (loss or gradient not finite)", "test accuracy after 5 epochs"});
+}
+
 TEST_CASE("examples: the end of a run, --init-from, and evaluate on a checkpoint without metadata")
 {
     scratch_folder dir;

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <utility>
 
+#include "xgrad/autograd.hpp"
 #include "xgrad/checked.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/errors.hpp"
@@ -30,6 +31,7 @@
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/loss.hpp"
 #include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
 #include "xgrad/train/checkpoints.hpp"
 #include "xgrad/train/evaluate.hpp"
 #include "xgrad/train/progress.hpp"
@@ -280,6 +282,60 @@ namespace xgrad::train
         return info;
     }
 
+    namespace
+    {
+        /// Whether every element of the tensors is finite: sum(t * 0) is 0 for finite values and
+        /// NaN as soon as one is NaN or infinite (0 * inf is NaN), with no overflow of its own
+        /// (a norm of large finite values could overflow). One reduction per tensor, one read.
+        bool all_finite(const std::vector<tensor>& ts)
+        {
+            no_grad guard;
+            tensor total;
+            for (const tensor& t : ts)
+                if (t.defined() && is_floating(t.dtype()))
+                {
+                    const tensor part = sum(cast(t, dtype::float64) * 0.0);
+                    total = total.defined() ? total + part : part;
+                }
+            return !total.defined() || std::isfinite(total.item());
+        }
+    }
+
+    bool trainer::finite_step(double loss, size_type epoch, size_type step,
+                              const nn::module::named_tensors_type& buffers)
+    {
+        std::vector<tensor> grads;
+        for (const tensor& p : m_model.parameters())
+            grads.push_back(p.grad());
+        std::vector<tensor> now;
+        for (const auto& [name, b] : m_model.named_buffers())
+            now.push_back(b);
+        // With data_parallel a rank's buffers are its own until the epoch's broadcast: checking
+        // them could stop one rank and leave the others waiting, so only the gradients (the
+        // same everywhere after synchronize()) decide there.
+        const bool loss_ok = std::isfinite(loss), grads_ok = loss_ok && all_finite(grads),
+                   buffers_ok = grads_ok && (m_options.data_parallel || all_finite(now));
+        if (buffers_ok)
+            return true;
+        // The forward may have replaced buffers (a batch norm's running statistics) with
+        // non-finite ones: the step is undone by putting back the tensors of before it (buffers
+        // are replaced, never written, so those handles hold the old values).
+        for (const auto& [name, b] : buffers)
+            m_model.set_buffer(name, b);
+        m_optimizer.zero_grad();
+        if (m_options.on_non_finite == non_finite_policy::skip_step)
+            return false;
+        const std::string what = !loss_ok    ? "the loss is " + std::to_string(loss)
+                                 : !grads_ok ? std::string("a gradient is not finite")
+                                             : std::string("a buffer (a running statistic) became non-finite");
+        throw non_finite_error("training stopped at epoch " + std::to_string(epoch + 1) + ", step " +
+                               std::to_string(step + 1) + " (learning rate " + std::to_string(m_optimizer.lr()) +
+                               "): " + what +
+                               "; the model keeps its values from before this step, and the last "
+                               "checkpoint written is the last good one (a lower learning rate may help, or "
+                               "skipping such steps: trainer_options::on_non_finite)");
+    }
+
     epoch_metrics trainer::train_epoch(size_type epoch, size_type& images)
     {
         distributed::distributed_data_parallel* const ddp = m_options.data_parallel;
@@ -301,7 +357,7 @@ namespace xgrad::train
         // stands in until then; add() names logits that are not [batch, classes]).
         classifier_tally tally(1);
         bool tally_sized = false;
-        size_type seen = 0, seen_global = 0, done = 0;
+        size_type seen = 0, seen_global = 0, done = 0, skipped = 0;
         while (auto b = m_loader.next())
         {
             if (m_options.schedule)
@@ -309,6 +365,7 @@ namespace xgrad::train
                     m_options.schedule_by == schedule_unit::step ? epoch * steps + b->index : epoch));
             const size_type n = b->labels.size(0);
             const tensor labels = b->labels.to(m_options.device);
+            const auto buffers = m_model.named_buffers(); // to undo a step that is not finite
             double batch_loss = 0;
             tensor logits;
             if (!ddp)
@@ -317,8 +374,13 @@ namespace xgrad::train
                 const tensor loss = m_options.loss ? m_options.loss(logits, labels) : cross_entropy(logits, labels);
                 m_optimizer.zero_grad();
                 loss.backward();
-                m_optimizer.step();
                 batch_loss = loss.item() * static_cast<double>(n);
+                if (!finite_step(loss.item(), epoch, b->index, buffers))
+                {
+                    ++skipped;
+                    continue;
+                }
+                m_optimizer.step();
                 seen_global += n;
             }
             else
@@ -337,6 +399,13 @@ namespace xgrad::train
                 m_optimizer.zero_grad();
                 loss.backward();
                 ddp->synchronize();
+                // The synchronised gradients are the same on every rank, so every rank takes the
+                // same decision (a rank's own loss is not: it is checked through them).
+                if (!finite_step(0.0, epoch, b->index, buffers))
+                {
+                    ++skipped;
+                    continue;
+                }
                 m_optimizer.step();
                 seen_global += global;
             }
@@ -357,6 +426,7 @@ namespace xgrad::train
         epoch_metrics m;
         m.seconds = bar.finish();
         m.epoch = static_cast<int>(epoch + 1);
+        m.skipped_steps = skipped;
         m.lr = m_optimizer.lr();
         const classifier_metrics train_metrics = tally.result();
         m.train_loss = train_metrics.loss;
@@ -379,7 +449,9 @@ namespace xgrad::train
             *o << "epoch " << epoch + 1 << "/" << m_options.epochs << ": train loss " << fixed(m.train_loss, 4)
                << ", train accuracy " << fixed(100 * m.train_accuracy, 2) << "%, test loss " << fixed(m.test_loss, 4)
                << ", test accuracy " << fixed(100 * m.test_accuracy, 2) << "%, " << fixed(m.seconds, 1) << " s ("
-               << fixed(static_cast<double>(seen_global) / m.seconds, 0) << " images/s)\n";
+               << fixed(static_cast<double>(seen_global) / m.seconds, 0) << " images/s)"
+               << (skipped > 0 ? ", " + std::to_string(skipped) + " steps skipped (loss or gradient not finite)" : "")
+               << "\n";
         return m;
     }
 

@@ -29,6 +29,9 @@ namespace xgrad::train
         double test_accuracy = 0.0;
         double seconds = 0.0;
         double lr = std::numeric_limits<double>::quiet_NaN();
+        /// Steps skipped for a loss or gradient that was not finite (trainer_options::
+        /// on_non_finite); not in the CSV.
+        std::int64_t skipped_steps = 0;
     };
 
     // The header line of the CSV log (without the line end). read_metrics_csv also reads logs

@@ -47,6 +47,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,26 @@ namespace xgrad::train
         test_accuracy,
         train_loss,
         train_accuracy
+    };
+
+    /// What a step whose loss or gradients are not finite does (NaN or infinity: a learning
+    /// rate too high, an overflow in 16 bits, a bad example).
+    enum class non_finite_policy
+    {
+        /// fit() throws non_finite_error before the optimizer steps: the model keeps its last
+        /// finite values and the files of finished epochs stay the last good ones.
+        stop,
+        /// The step is skipped (gradients cleared, no update), as PyTorch's GradScaler does in
+        /// mixed precision; epoch_metrics::skipped_steps counts them.
+        skip_step
+    };
+
+    /// Thrown by fit() under non_finite_policy::stop; the message names the epoch, the step, the
+    /// learning rate and whether the loss or a gradient is not finite.
+    class non_finite_error : public std::runtime_error
+    {
+    public:
+        using std::runtime_error::runtime_error;
     };
 
     struct trainer_options
@@ -124,6 +145,13 @@ namespace xgrad::train
         std::int64_t test_batch_size = 500;
         /// The mean loss of a batch, differentiable. Empty: cross_entropy (mean).
         loss_fn_type loss;
+        /// A step whose loss, gradients or the buffers its forward wrote (a batch norm's running
+        /// statistics) are not finite stops the run (default) or is skipped; either way the
+        /// model keeps its values from before that step. With data_parallel the gradients are
+        /// checked after synchronize(), where every rank holds the same values, and the
+        /// buffers (each rank's own until the epoch's broadcast) are not, so all ranks decide
+        /// alike.
+        non_finite_policy on_non_finite = non_finite_policy::stop;
         /// Called after each epoch's metrics, CSV, chart and checkpoint are written.
         epoch_callback_type on_epoch_end;
         /// Progress bar and one summary line per epoch. Null: silent.
@@ -195,6 +223,10 @@ namespace xgrad::train
         const trainer_options& options() const noexcept { return m_options; }
 
     private:
+        /// Whether the step's loss, gradients and the model's buffers are finite; if not, puts
+        /// back `buffers` (the model's from before the forward), clears the gradients, and
+        /// returns false (skip_step) or throws non_finite_error naming the epoch and step (stop).
+        bool finite_step(double loss, size_type epoch, size_type step, const nn::module::named_tensors_type& buffers);
         /// One epoch of training and its test evaluation; `images` receives the images trained on.
         epoch_metrics train_epoch(size_type epoch, size_type& images);
         /// The test loss and accuracy into m: of the whole test set, or with data_parallel of
