@@ -66,10 +66,14 @@ install(TARGETS xgrad
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # (No INCLUDES DESTINATION: the target's INSTALL_INTERFACE include directory already says it.)
-# The CUDA backend's own library, beside libxgrad (where libxgrad looks for it first).
-if(TARGET xgrad_cuda_library)
-  install(TARGETS xgrad_cuda_library LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-endif()
+# The libraries libxgrad loads when first used, beside it (where it looks for them first): the
+# CUDA backend's, and the MPI plugin (train/CMakeLists.txt).
+foreach(_xgrad_plugin xgrad_cuda_library xgrad_mpi_library)
+  if(TARGET ${_xgrad_plugin})
+    install(TARGETS ${_xgrad_plugin} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  endif()
+endforeach()
+unset(_xgrad_plugin)
 
 # Public headers: every floor's include/xgrad/ and the generated umbrellas, merged into
 # <includedir>/xgrad/.

@@ -6,10 +6,10 @@
 // then needs none of the CUDA libraries, so a CUDA-enabled install runs on a machine without
 // them, and an error says so only when a CUDA device is asked for. The library is looked for
 // in XGRAD_CUDA_LIBRARY (a path) when that is set, else beside libxgrad, else on the loader's
-// search path. A static build links the backend in and takes its table directly.
+// search path (base/src/plugin_library.cpp). A static build links the backend in and takes its
+// table directly.
 #include "dispatch.hpp"
 
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -22,7 +22,7 @@
 #ifdef XGRAD_WITH_CUDA
 #include "backends/cuda/cuda_kernels.hpp"
 #ifdef XGRAD_CUDA_LIBRARY
-#include <dlfcn.h>
+#include "xgrad/plugin_library.hpp"
 #endif
 #endif
 
@@ -38,43 +38,27 @@ namespace xgrad::detail
         };
 
 #ifdef XGRAD_CUDA_LIBRARY
-        const cuda::backend_interface* open_library(const std::string& path, std::string& error)
+        /// The backend of libxgrad_cuda.so (xgrad/plugin_library.hpp says where it is looked
+        /// for), or nullptr with `error` saying why.
+        const cuda::backend_interface* open_library(std::string& error)
         {
-            void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-            if (!handle)
+            const plugin_library lib = open_plugin_library("libxgrad_cuda.so", "XGRAD_CUDA_LIBRARY",
+                                                           "xgrad_cuda_backend_v1", false);
+            if (!lib.entry)
             {
-                const char* why = ::dlerror();
-                error = why ? why : (path + ": cannot be loaded");
+                error = lib.error;
                 return nullptr;
             }
-            // Never closed: kernels and memory of the backend live until the process ends.
             using entry_type = const cuda::backend_interface* (*)() noexcept;
-            const auto entry = reinterpret_cast<entry_type>(::dlsym(handle, "xgrad_cuda_backend_v1"));
-            if (!entry)
-            {
-                error = path + ": has no entry point xgrad_cuda_backend_v1 (not xgrad's CUDA backend library)";
-                return nullptr;
-            }
-            const cuda::backend_interface* b = entry();
+            const cuda::backend_interface* b = reinterpret_cast<entry_type>(lib.entry)();
             if (!b || b->kernel_count != static_cast<std::size_t>(kernels::kernel_count) ||
                 b->table_size != sizeof(kernels::kernel_table))
             {
-                error = path + ": was built from another version of xgrad (its kernel table differs from this "
-                               "libxgrad's)";
+                error = lib.path + ": was built from another version of xgrad (its kernel table differs from this "
+                                   "libxgrad's)";
                 return nullptr;
             }
             return b;
-        }
-
-        /// The folder of the file that holds this function (libxgrad.so), with a '/'.
-        std::string own_folder()
-        {
-            Dl_info info{};
-            if (::dladdr(reinterpret_cast<void*>(&own_folder), &info) == 0 || !info.dli_fname)
-                return {};
-            const std::string file = info.dli_fname;
-            const auto slash = file.rfind('/');
-            return slash == std::string::npos ? std::string() : file.substr(0, slash + 1);
         }
 #endif
 
@@ -85,22 +69,7 @@ namespace xgrad::detail
             static const cuda_backend_state state = [] {
                 cuda_backend_state s;
 #ifdef XGRAD_CUDA_LIBRARY
-                constexpr const char* name = "libxgrad_cuda.so";
-                if (const char* path = std::getenv("XGRAD_CUDA_LIBRARY"); path && *path)
-                {
-                    s.backend = open_library(path, s.error);
-                    return s;
-                }
-                const std::string beside = own_folder() + name;
-                std::string first_error;
-                s.backend = open_library(beside, first_error);
-                if (!s.backend)
-                {
-                    std::string second_error;
-                    s.backend = open_library(name, second_error);
-                    if (!s.backend)
-                        s.error = first_error + "; " + second_error;
-                }
+                s.backend = open_library(s.error);
 #else
                 s.backend = &cuda::backend();
 #endif

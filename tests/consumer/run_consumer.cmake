@@ -1,6 +1,7 @@
 # cmake -P script behind the `install_consumer` test (see CMakeLists.txt next to it).
 #
-#   1. cmake --install <XGRAD_BINARY_DIR> --prefix <WORK_DIR>/prefix
+#   1. cmake --install <XGRAD_BINARY_DIR> --prefix <WORK_DIR>/prefix, and check that the libraries
+#      libxgrad loads at run time (PLUGINS) lie beside it
 #   2. configure + build CONSUMER_SOURCE_DIR in <WORK_DIR>/build with CMAKE_PREFIX_PATH=<prefix>,
 #      the same generator, C++ compiler, flags and build type as xgrad's own build
 #   3. run the consumer executable
@@ -65,6 +66,23 @@ foreach(targets_file IN LISTS targets_files)
     endif()
   endforeach()
 endforeach()
+
+# The libraries libxgrad loads when first used (PLUGINS, comma-separated file names) lie beside
+# it, where it looks for them first.
+if(DEFINED PLUGINS AND NOT PLUGINS STREQUAL "")
+  file(GLOB_RECURSE libxgrad_files "${prefix}/*/libxgrad.so")
+  if(NOT libxgrad_files)
+    message(FATAL_ERROR "[install_consumer] FAILED: the install holds no libxgrad.so")
+  endif()
+  list(GET libxgrad_files 0 libxgrad_file)
+  get_filename_component(libdir "${libxgrad_file}" DIRECTORY)
+  string(REPLACE "," ";" plugins "${PLUGINS}")
+  foreach(plugin IN LISTS plugins)
+    if(NOT EXISTS "${libdir}/${plugin}")
+      message(FATAL_ERROR "[install_consumer] FAILED: ${plugin} is not installed beside libxgrad, in ${libdir}")
+    endif()
+  endforeach()
+endif()
 
 # 2. Configure and build the consumer project against the fresh prefix only.
 set(configure_args

@@ -4,6 +4,11 @@
 // world is this process alone, where every collective is the identity (or, for mean, a division
 // by one). Both paths share the argument checks, so a program that is wrong for K ranks is
 // refused with the same message when it runs alone.
+//
+// MPI is spoken through the MPI plugin's table (mpi_api.hpp), never directly: libxgrad needs no
+// MPI library, and the plugin (libxgrad_mpi.so in a shared build) is loaded by init(). Until a
+// process has joined a job (or initialised MPI itself), mpi_api::loaded() is null, and every
+// path below is the world of one without touching the plugin.
 #include "xgrad/distributed/comm.hpp"
 
 #include <chrono>
@@ -17,7 +22,7 @@
 #include <vector>
 
 #ifdef XGRAD_WITH_MPI
-#include <mpi.h>
+#include "mpi_api.hpp"
 #endif
 
 #include "xgrad/autograd.hpp"
@@ -32,7 +37,7 @@ namespace xgrad::distributed
     struct process_group::impl
     {
 #ifdef XGRAD_WITH_MPI
-        MPI_Comm m_comm = MPI_COMM_SELF;
+        mpi_api::comm m_comm{}; // unused in a group of one, which never communicates
 #endif
         int m_rank = 0;
         int m_size = 1;
@@ -43,13 +48,26 @@ namespace xgrad::distributed
         /// MPI counts are int: larger tensors go in pieces of at most 2^30 elements (or bytes).
         constexpr std::int64_t max_piece = std::int64_t{1} << 30;
 
+#ifdef XGRAD_WITH_MPI
+        /// The plugin's table when MPI is initialised and not yet finalised in this process;
+        /// nullptr otherwise, without loading the plugin (a process that never joined a job
+        /// never does).
+        const mpi_api::table* active_mpi() noexcept
+        {
+            const mpi_api::table* mpi = mpi_api::loaded();
+            if (!mpi)
+                return nullptr;
+            int init = 0, fin = 0;
+            mpi->initialized(&init);
+            mpi->finalized(&fin);
+            return init && !fin ? mpi : nullptr;
+        }
+#endif
+
         bool mpi_initialized()
         {
 #ifdef XGRAD_WITH_MPI
-            int init = 0, fin = 0;
-            MPI_Initialized(&init);
-            MPI_Finalized(&fin);
-            return init && !fin;
+            return active_mpi() != nullptr;
 #else
             return false;
 #endif
@@ -93,36 +111,39 @@ namespace xgrad::distributed
         }
 
 #ifdef XGRAD_WITH_MPI
-        MPI_Comm comm_of(const process_group& g) { return g.handle() ? g.handle()->m_comm : MPI_COMM_SELF; }
+        /// The plugin's table, for a group of more than one process: only a process that has
+        /// joined a job (init(), which loaded the plugin) has such a group.
+        const mpi_api::table& plugin() { return mpi_api::load("distributed"); }
+
+        mpi_api::comm comm_of(const process_group& g) { return g.handle() ? g.handle()->m_comm : mpi_api::comm{}; }
 
         void check_mpi(int rc, const char* what)
         {
-            if (rc == MPI_SUCCESS)
+            if (rc == 0)
                 return;
-            char text[MPI_MAX_ERROR_STRING] = {};
-            int len = 0;
-            MPI_Error_string(rc, text, &len);
-            throw std::runtime_error(std::string("distributed::") + what + ": MPI error: " + std::string(text, len));
+            char text[1024] = {};
+            plugin().error_string(rc, text, static_cast<int>(sizeof(text)));
+            throw std::runtime_error(std::string("distributed::") + what + ": MPI error: " + text);
         }
 
-        MPI_Datatype mpi_type(dtype dt)
+        mpi_api::datatype mpi_type(dtype dt)
         {
             switch (dt)
             {
-            case dtype::float32: return MPI_FLOAT;
-            case dtype::float64: return MPI_DOUBLE;
-            case dtype::int64: return MPI_INT64_T;
-            default: return MPI_BYTE; // any dtype as bytes (all_gather, broadcast)
+            case dtype::float32: return mpi_api::datatype::float32;
+            case dtype::float64: return mpi_api::datatype::float64;
+            case dtype::int64: return mpi_api::datatype::int64;
+            default: return mpi_api::datatype::byte; // any dtype as bytes (all_gather, broadcast)
             }
         }
 
-        MPI_Op mpi_op(reduce_op op)
+        mpi_api::op mpi_op(reduce_op op)
         {
             switch (op)
             {
-            case reduce_op::max: return MPI_MAX;
-            case reduce_op::min: return MPI_MIN;
-            default: return MPI_SUM; // sum, and mean before its division
+            case reduce_op::max: return mpi_api::op::max;
+            case reduce_op::min: return mpi_api::op::min;
+            default: return mpi_api::op::sum; // sum, and mean before its division
             }
         }
 
@@ -148,8 +169,8 @@ namespace xgrad::distributed
                 both[i] = v[i];
                 both[n + i] = -v[i];
             }
-            check_mpi(MPI_Allreduce(MPI_IN_PLACE, both.data(), static_cast<int>(both.size()), MPI_INT64_T, MPI_MAX,
-                                    comm_of(g)),
+            check_mpi(plugin().allreduce_in_place(both.data(), static_cast<int>(both.size()), mpi_api::datatype::int64,
+                                                  mpi_api::op::max, comm_of(g)),
                       what);
             for (std::size_t i = 0; i < n; ++i)
                 if (both[i] != -both[n + i])
@@ -212,22 +233,25 @@ namespace xgrad::distributed
     void init(int* argc, char*** argv)
     {
 #ifdef XGRAD_WITH_MPI
+        // The first use of MPI in a process that joins a job: the plugin is loaded here (a
+        // std::runtime_error naming it and why, when it cannot be).
+        const mpi_api::table& mpi = mpi_api::load("distributed::init");
         int initialized = 0, finalized = 0;
-        MPI_Initialized(&initialized);
-        MPI_Finalized(&finalized);
+        mpi.initialized(&initialized);
+        mpi.finalized(&finalized);
         if (finalized)
             throw std::runtime_error("distributed::init: MPI has already been finalised in this process");
         if (initialized)
             return;
-        int provided = 0;
-        const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-        if (rc != MPI_SUCCESS)
+        int funneled = 0;
+        const int rc = mpi.init_thread_funneled(argc, argv, &funneled);
+        if (rc != 0)
             throw std::runtime_error("distributed::init: MPI_Init_thread failed");
         // Errors are returned, not fatal, so that they become exceptions with a message.
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        if (provided < MPI_THREAD_FUNNELED)
+        mpi.set_errors_return(mpi.world());
+        if (!funneled)
         {
-            MPI_Finalize();
+            mpi.finalize();
             throw std::runtime_error("distributed::init: the MPI library does not support MPI_THREAD_FUNNELED");
         }
 #else
@@ -239,10 +263,11 @@ namespace xgrad::distributed
     void finalize()
     {
 #ifdef XGRAD_WITH_MPI
-        if (!mpi_initialized())
+        const mpi_api::table* mpi = active_mpi();
+        if (!mpi)
             return;
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Finalize();
+        mpi->barrier(mpi->world());
+        mpi->finalize();
 #endif
     }
 
@@ -252,17 +277,18 @@ namespace xgrad::distributed
     {
         int r = 0, k = 1;
 #ifdef XGRAD_WITH_MPI
-        if (mpi_initialized())
+        const mpi_api::table* mpi = active_mpi();
+        if (mpi)
         {
-            MPI_Comm_rank(MPI_COMM_WORLD, &r);
-            MPI_Comm_size(MPI_COMM_WORLD, &k);
+            mpi->comm_rank(mpi->world(), &r);
+            mpi->comm_size(mpi->world(), &k);
         }
 #endif
         std::fprintf(stderr, "xgrad: rank %d of %d: %s\n", r, k, message.c_str());
         std::fflush(stderr);
 #ifdef XGRAD_WITH_MPI
-        if (mpi_initialized())
-            MPI_Abort(MPI_COMM_WORLD, code);
+        if (mpi)
+            mpi->abort(mpi->world(), code);
 #endif
         std::exit(code);
     }
@@ -288,16 +314,17 @@ namespace xgrad::distributed
     process_group process_group::world()
     {
 #ifdef XGRAD_WITH_MPI
-        if (mpi_initialized())
+        if (const mpi_api::table* mpi = active_mpi())
         {
             // A duplicate of MPI_COMM_WORLD, made once: xgrad's messages never match a program's
-            // own MPI traffic on the world communicator.
-            static const std::shared_ptr<const impl> world = [] {
+            // own MPI traffic on the world communicator. (Never freed: MPI_Finalize reclaims
+            // it, and a group may be held until then.)
+            static const std::shared_ptr<const impl> world = [mpi] {
                 auto p = std::make_shared<impl>();
-                check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &p->m_comm), "process_group::world");
-                MPI_Comm_set_errhandler(p->m_comm, MPI_ERRORS_RETURN);
-                MPI_Comm_rank(p->m_comm, &p->m_rank);
-                MPI_Comm_size(p->m_comm, &p->m_size);
+                check_mpi(mpi->comm_dup(mpi->world(), &p->m_comm), "process_group::world");
+                mpi->set_errors_return(p->m_comm);
+                mpi->comm_rank(p->m_comm, &p->m_rank);
+                mpi->comm_size(p->m_comm, &p->m_size);
                 return std::shared_ptr<const impl>(std::move(p));
             }();
             return process_group(world);
@@ -340,9 +367,9 @@ namespace xgrad::distributed
                     for (std::int64_t at = 0; at < n; at += max_piece)
                     {
                         const std::int64_t count = std::min(max_piece, n - at);
-                        check_mpi(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + at * esize,
-                                                static_cast<int>(count), mpi_type(t.dtype()), mpi_op(op),
-                                                comm_of(group)),
+                        check_mpi(plugin().allreduce_in_place(static_cast<char*>(data) + at * esize,
+                                                              static_cast<int>(count), mpi_type(t.dtype()), mpi_op(op),
+                                                              comm_of(group)),
                                   "all_reduce");
                     }
                 });
@@ -369,9 +396,9 @@ namespace xgrad::distributed
             if (bytes > 0)
                 on_host(t, true, [&](void* data) {
                     for (std::int64_t at = 0; at < bytes; at += max_piece)
-                        check_mpi(MPI_Bcast(static_cast<char*>(data) + at,
-                                            static_cast<int>(std::min(max_piece, bytes - at)), MPI_BYTE, root,
-                                            comm_of(group)),
+                        check_mpi(plugin().bcast(static_cast<char*>(data) + at,
+                                                 static_cast<int>(std::min(max_piece, bytes - at)),
+                                                 mpi_api::datatype::byte, root, comm_of(group)),
                                   "broadcast");
                 });
         }
@@ -395,8 +422,8 @@ namespace xgrad::distributed
             std::vector<char> gathered(static_cast<std::size_t>(total));
             if (bytes > 0)
                 on_host(t, false, [&](void* data) {
-                    check_mpi(MPI_Allgather(data, static_cast<int>(bytes), MPI_BYTE, gathered.data(),
-                                            static_cast<int>(bytes), MPI_BYTE, comm_of(group)),
+                    check_mpi(plugin().allgather(data, static_cast<int>(bytes), mpi_api::datatype::byte,
+                                                 gathered.data(), comm_of(group)),
                               "all_gather");
                 });
             for (int r = 0; r < k; ++r)
@@ -414,7 +441,7 @@ namespace xgrad::distributed
     {
 #ifdef XGRAD_WITH_MPI
         if (group.size() > 1)
-            check_mpi(MPI_Barrier(comm_of(group)), "barrier");
+            check_mpi(plugin().barrier(comm_of(group)), "barrier");
 #else
         (void)group;
 #endif
@@ -428,7 +455,8 @@ namespace xgrad::distributed
         int m_size = 1;
         bool m_done = false;
 #ifdef XGRAD_WITH_MPI
-        MPI_Request m_request = MPI_REQUEST_NULL;
+        mpi_api::request m_request{};
+        bool m_in_flight = false; // m_request holds a request to test or wait on
 #endif
         void finish()
         {
@@ -473,10 +501,14 @@ namespace xgrad::distributed
         if (!m_state || m_state->m_done)
             return true;
 #ifdef XGRAD_WITH_MPI
-        int flag = 0;
-        check_mpi(MPI_Test(&m_state->m_request, &flag, MPI_STATUS_IGNORE), "all_reduce_async");
-        if (!flag)
-            return false;
+        if (m_state->m_in_flight)
+        {
+            int flag = 0;
+            check_mpi(plugin().test(&m_state->m_request, &flag), "all_reduce_async");
+            if (!flag)
+                return false;
+            m_state->m_in_flight = false;
+        }
 #endif
         m_state->finish();
         return true;
@@ -487,7 +519,11 @@ namespace xgrad::distributed
         if (!m_state || m_state->m_done)
             return;
 #ifdef XGRAD_WITH_MPI
-        check_mpi(MPI_Wait(&m_state->m_request, MPI_STATUS_IGNORE), "all_reduce_async");
+        if (m_state->m_in_flight)
+        {
+            check_mpi(plugin().wait(&m_state->m_request), "all_reduce_async");
+            m_state->m_in_flight = false;
+        }
 #endif
         m_state->finish();
     }
@@ -509,9 +545,12 @@ namespace xgrad::distributed
         s->m_size = group.size();
 #ifdef XGRAD_WITH_MPI
         if (group.size() > 1 && t.numel() > 0)
-            check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
-                                     mpi_op(op), comm_of(group), &s->m_request),
+        {
+            check_mpi(plugin().iallreduce_in_place(t.data_ptr(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
+                                                   mpi_op(op), comm_of(group), &s->m_request),
                       "all_reduce_async");
+            s->m_in_flight = true;
+        }
 #endif
         return pending_all_reduce(std::move(s));
     }

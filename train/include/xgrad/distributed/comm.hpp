@@ -10,7 +10,8 @@
 //
 // Builds without MPI (XGRAD_USE_MPI off) and processes that never call init() see a world of
 // one process: rank 0, size 1, and collectives that leave their tensors unchanged (the sum, mean,
-// max or min over one rank, a broadcast from oneself).
+// max or min over one rank, a broadcast from oneself). Such a process never loads MPI: a shared
+// libxgrad needs no MPI library, and init() loads the one that speaks MPI.
 //
 // Threads: MPI is initialised with MPI_THREAD_FUNNELED. Every collective must be called from
 // the thread that called init() (xgrad's kernels may use other threads; they never call MPI).
@@ -42,7 +43,9 @@ namespace xgrad::distributed
 
     /// Joins the job (MPI_Init_thread, FUNNELED). Idempotent. Without MPI, does nothing (the
     /// world stays one process). Throws std::runtime_error when MPI cannot be initialised or
-    /// has already been finalised.
+    /// has already been finalised, and, in a shared build, when the MPI plugin that it loads
+    /// on first use (libxgrad_mpi.so, beside libxgrad) cannot be loaded: the message names it
+    /// and why (MPI not installed, the plugin missing or from another version of xgrad).
     void init(int* argc = nullptr, char*** argv = nullptr);
     /// Leaves the job (MPI_Finalize) after a barrier; idempotent, a no-op without init().
     void finalize();
