@@ -177,8 +177,7 @@ namespace
     {
         const int local = xgrad::distributed::local_process_count();
         const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        const char* env_threads = std::getenv("XGRAD_NUM_THREADS");
-        const bool threads_set = c.threads > 0 || (env_threads != nullptr && *env_threads != '\0');
+        const bool threads_set = c.threads > 0 || xgrad::num_threads_from_environment() > 0;
         if (c.threads > 0)
             xgrad::set_num_threads(c.threads);
         else if (!threads_set && local > 1)

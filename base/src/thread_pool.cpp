@@ -30,13 +30,8 @@ namespace xgrad
 
         int default_num_threads() noexcept
         {
-            if (const char* env = std::getenv("XGRAD_NUM_THREADS"))
-            {
-                char* last = nullptr;
-                const long n = std::strtol(env, &last, 10);
-                if (last != env && *last == '\0' && n >= 1 && n <= 1 << 16)
-                    return static_cast<int>(n);
-            }
+            if (const int n = num_threads_from_environment(); n > 0)
+                return n;
             return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
         }
 
@@ -232,6 +227,18 @@ namespace xgrad
             static thread_pool instance;
             return instance;
         }
+    }
+
+    int num_threads_from_environment() noexcept
+    {
+        if (const char* env = std::getenv("XGRAD_NUM_THREADS"))
+        {
+            char* last = nullptr;
+            const long n = std::strtol(env, &last, 10);
+            if (last != env && *last == '\0' && n >= 1 && n <= 1 << 16)
+                return static_cast<int>(n);
+        }
+        return 0;
     }
 
     void set_num_threads(int n)

@@ -22,6 +22,10 @@ namespace xgrad
     /// default.
     int get_num_threads() noexcept;
 
+    /// The count XGRAD_NUM_THREADS sets when it is a positive integer of at most 65536 (as the
+    /// default above reads it), else 0: unset, empty or not a count.
+    int num_threads_from_environment() noexcept;
+
     /// Runs fn(chunk_begin, chunk_end) over [begin, end) split into at most get_num_threads()
     /// contiguous, disjoint chunks that cover the range, each of at least `grain` elements
     /// (grain < 1 counts as 1). The calling thread takes part (it runs chunks itself alongside
